@@ -1,0 +1,20 @@
+"""Kubernetes access for handlers: one :class:`Kube` object, clear exceptions, pure helpers."""
+
+from kube.client import FIELD_MANAGER, Kube, now_rfc3339
+from kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from kube.objects import (
+    content_hash,
+    is_owned_by,
+    label_selector_string,
+    owner_reference,
+    selector_matches,
+    set_condition,
+    standard_labels,
+)
+from kube.resources import Resource
+
+__all__ = [
+    "FIELD_MANAGER", "Conflict", "Forbidden", "Invalid", "Kube", "KubeError", "NotFound",
+    "Resource", "Unavailable", "content_hash", "is_owned_by", "label_selector_string",
+    "now_rfc3339", "owner_reference", "selector_matches", "set_condition", "standard_labels",
+]

@@ -1,0 +1,311 @@
+"""The one place eventop talks to the Kubernetes API.
+
+Every request goes through the official client's ``ApiClient`` (its configuration, auth,
+TLS and urllib3 pool), addressed by URL path so that one small class serves every kind,
+built-in or custom, without the generated per-kind API classes. Handlers get a :class:`Kube`
+and never see HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from prometheus_client import Counter
+
+from kube import errors
+from kube.resources import Resource, ResourceTable
+
+log = logging.getLogger("eventop.kube")
+
+FIELD_MANAGER = "eventop"
+DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+
+KUBE_REQUESTS = Counter(
+    "eventop_kube_requests_total", "Kubernetes API requests made, by verb and HTTP code",
+    ["verb", "code"],
+)
+
+Obj = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    """Get, list, apply, delete, patch status and post Events, for any kind.
+
+    Writes use server-side apply with field manager ``eventop`` (``force=True``: the
+    operator owns the fields it sets; objects it must not touch are checked by the
+    handler before applying, never overwritten by accident).
+    """
+
+    def __init__(self, api_client: k8s_client.ApiClient, *,
+                 field_manager: str = FIELD_MANAGER,
+                 timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> None:
+        self.api = api_client
+        self.field_manager = field_manager
+        self.timeout = timeout
+        self.resources = ResourceTable()
+
+    # -- construction --------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None,
+                url: str | None = None) -> Kube:
+        """Connect the way kubectl would: an explicit URL, a kubeconfig, or in-cluster.
+
+        ``url`` (or ``EVENTOP_KUBE_URL``) is a plain HTTP API server without auth, such as
+        the local API server of ``make demo`` and the tests.
+        """
+        url = url or os.environ.get("EVENTOP_KUBE_URL")
+        configuration = k8s_client.Configuration()
+        if url:
+            configuration.host = url.rstrip("/")
+        elif kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(
+                os.path.expanduser("~/.kube/config")):
+            k8s_config.load_kube_config(config_file=kubeconfig, context=context,
+                                        client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            raise errors.Unavailable(
+                "no Kubernetes API configured: set KUBECONFIG, run in a cluster, "
+                "or point EVENTOP_KUBE_URL at a local API server")
+        return cls(k8s_client.ApiClient(configuration))
+
+    @property
+    def host(self) -> str:
+        return str(self.api.configuration.host)
+
+    # -- raw HTTP ------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, verb: str,
+                query: list[tuple[str, Any]] | None = None, body: Any = None, content_type: str | None = None,
+                timeout: Any = None, stream: bool = False) -> Any:
+        """One API call. Returns the parsed JSON body, or the open urllib3 response if ``stream``.
+
+        Raises a :mod:`kube.errors` exception for any non-2xx answer or transport failure.
+        """
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        elif body is not None:
+            headers["Content-Type"] = "application/json"
+        m, url, hdrs, b, post = self.api.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"])
+        try:
+            resp = self.api.call_api(m, url, hdrs, b, post,
+                                     _request_timeout=timeout or self.timeout)
+        except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
+            KUBE_REQUESTS.labels(verb, "error").inc()
+            raise errors.Unavailable(
+                f"{verb} {path}: Kubernetes API unreachable at {self.host}: {exc}") from exc
+        KUBE_REQUESTS.labels(verb, str(resp.status)).inc()
+        if not 200 <= resp.status < 300:
+            data = resp.read()
+            raise errors.from_response(resp.status, data, f"{verb} {path}")
+        if stream:
+            return resp.response
+        data = resp.read()
+        return json.loads(data) if data else {}
+
+    # -- resource resolution ---------------------------------------------------------
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """The resource of a kind; unknown kinds are found once through API discovery."""
+        res = self.resources.by_kind(api_version, kind)
+        if res is not None:
+            return res
+        group, _, version = api_version.rpartition("/")
+        path = f"/apis/{api_version}" if group else f"/api/{version}"
+        doc = self.request("GET", path, verb="discovery")
+        for item in doc.get("resources", []):
+            if item.get("kind") == kind and "/" not in item.get("name", ""):
+                res = Resource(group, version, kind, item["name"], bool(item.get("namespaced")))
+                self.resources.add(res)
+                return res
+        raise errors.NotFound(f"the API server does not serve {kind} in {api_version}",
+                              reason="NotFound")
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
+        res = self.resource(api_version, kind)
+        obj: Obj = self.request("GET", res.path(namespace, name), verb="get")
+        return obj
+
+    def get_or_none(self, api_version: str, kind: str, name: str,
+                    namespace: str | None = None) -> Obj | None:
+        try:
+            return self.get(api_version, kind, name, namespace)
+        except errors.NotFound:
+            return None
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, *,
+             label_selector: str | None = None, field_selector: str | None = None) -> list[Obj]:
+        """Every object of a kind (all namespaces when ``namespace`` is None), paginated."""
+        return self.list_with_version(api_version, kind, namespace, label_selector=label_selector,
+                                      field_selector=field_selector)[0]
+
+    def list_with_version(self, api_version: str, kind: str, namespace: str | None = None, *,
+                          label_selector: str | None = None, field_selector: str | None = None,
+                          limit: int = 500) -> tuple[list[Obj], str]:
+        """Like :meth:`list`, plus the list's resourceVersion (where a watch would start)."""
+        res = self.resource(api_version, kind)
+        items: list[Obj] = []
+        cont = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", limit)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if cont:
+                query.append(("continue", cont))
+            page = self.request("GET", res.path(namespace), verb="list", query=query)
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def iter_watch(self, res: Resource, namespace: str | None, query: list[tuple[str, Any]],
+                   timeout: Any) -> Iterator[bytes]:
+        """Open a watch and yield its raw lines (the watcher parses and resumes them)."""
+        resp = self.request("GET", res.path(namespace), verb="watch",
+                            query=[("watch", "true"), *query], timeout=timeout, stream=True)
+        try:
+            buf = b""
+            for chunk in resp.stream(65536, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield line
+            if buf.strip():
+                yield buf
+        finally:
+            resp.release_conn()
+
+    # -- writes ----------------------------------------------------------------------
+
+    def apply(self, obj: Obj, *, force: bool = True, subresource: str | None = None) -> Obj:
+        """Server-side apply ``obj`` (must carry apiVersion, kind, metadata.name)."""
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        query: list[tuple[str, Any]] = [("fieldManager", self.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        result: Obj = self.request(
+            "PATCH", res.path(meta.get("namespace"), meta["name"], subresource), verb="apply",
+            query=query, body=obj, content_type="application/apply-patch+yaml")
+        return result
+
+    def create(self, obj: Obj) -> Obj:
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        ns = obj["metadata"].get("namespace")
+        result: Obj = self.request("POST", res.path(ns), verb="create", body=obj,
+                                   query=[("fieldManager", self.field_manager)])
+        return result
+
+    def replace(self, obj: Obj) -> Obj:
+        """PUT ``obj``; its metadata.resourceVersion makes it fail with Conflict if stale."""
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        result: Obj = self.request("PUT", res.path(meta.get("namespace"), meta["name"]),
+                                   verb="update", body=obj,
+                                   query=[("fieldManager", self.field_manager)])
+        return result
+
+    def patch(self, api_version: str, kind: str, name: str, namespace: str | None,
+              patch: Obj, *, subresource: str | None = None) -> Obj:
+        """JSON merge patch (RFC 7386) of one object or of its subresource."""
+        res = self.resource(api_version, kind)
+        result: Obj = self.request("PATCH", res.path(namespace, name, subresource), verb="patch",
+                                   body=patch, content_type="application/merge-patch+json",
+                                   query=[("fieldManager", self.field_manager)])
+        return result
+
+    def patch_status(self, obj: Obj, status: Obj) -> Obj:
+        """Merge-patch ``status`` through the status subresource of ``obj``.
+
+        Lists (conditions) are replaced whole, so pass the complete list.
+        """
+        meta = obj["metadata"]
+        return self.patch(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
+                          {"status": status}, subresource="status")
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+               uid: str | None = None, propagation: str = "Background") -> bool:
+        """Delete one object; False if it was already gone.
+
+        ``uid`` is a precondition: the delete only removes that very object, never a
+        newer one created under the same name meanwhile.
+        """
+        res = self.resource(api_version, kind)
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions",
+                     "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", res.path(namespace, name), verb="delete", body=body)
+        except errors.NotFound:
+            return False
+        return True
+
+    # -- reporting -------------------------------------------------------------------
+
+    def post_event(self, involved: Obj, event_type: str, reason: str, message: str, *,
+                   component: str = "eventop") -> None:
+        """Record a Kubernetes Event about ``involved``; repeats bump ``count``.
+
+        Best effort, like client-go's recorder: a failure to record is logged, never
+        raised, so reporting can not break a reconcile.
+        """
+        meta = involved.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        key = f"{meta.get('uid')}/{event_type}/{reason}/{message}".encode()
+        name = f"{meta.get('name')}.{hashlib.sha256(key).hexdigest()[:16]}"
+        now = now_rfc3339()
+        try:
+            existing = self.get_or_none("v1", "Event", name, ns)
+            if existing is not None:
+                self.patch("v1", "Event", name, ns,
+                           {"count": int(existing.get("count") or 1) + 1, "lastTimestamp": now})
+                return
+            self.create({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {
+                    "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                    "name": meta.get("name"), "namespace": meta.get("namespace"),
+                    "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+                },
+                "type": event_type, "reason": reason, "message": message[:1024],
+                "source": {"component": component}, "reportingComponent": component,
+                "reportingInstance": os.environ.get("HOSTNAME", component),
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            })
+        except errors.KubeError as exc:
+            log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
+                        message, exc)
+
+    # -- health ----------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""
+        self.request("GET", "/version", verb="version", timeout=(2.0, 3.0))

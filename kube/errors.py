@@ -1,0 +1,83 @@
+"""Kubernetes API failures mapped to a few exceptions a handler can act on.
+
+The API server answers errors with a ``Status`` object (see
+``shared/recordings/k8s-1.24/errors``). Handlers should not parse those: they catch
+``NotFound`` to treat a missing object as "nothing to do", ``Conflict`` to retry a
+read-modify-write, ``Invalid``/``Forbidden`` to report a condition, and let
+``Unavailable`` propagate so the event is retried by its sender.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class KubeError(Exception):
+    """An API request failed. ``status`` is the HTTP code, ``reason`` the Status reason."""
+
+    status: int = 0
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "",
+                 body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status or self.status
+        self.reason = reason
+        self.body = body or {}
+
+    @property
+    def causes(self) -> list[dict[str, Any]]:
+        return list((self.body.get("details") or {}).get("causes") or [])
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}" if self.reason else self.message
+
+
+class NotFound(KubeError):
+    """404: the object, its namespace or its resource type does not exist."""
+    status = 404
+
+
+class Conflict(KubeError):
+    """409: already exists, stale resourceVersion, or a server-side-apply field conflict."""
+    status = 409
+
+
+class Invalid(KubeError):
+    """422 (or 400): the API server rejected the object; ``causes`` names the fields."""
+    status = 422
+
+
+class Forbidden(KubeError):
+    """403: RBAC denied it, or the namespace is terminating (reason in ``causes``)."""
+    status = 403
+
+
+class Unavailable(KubeError):
+    """The API server could not be reached, timed out, throttled us (429) or failed (5xx).
+
+    Transient by nature: let it propagate so the event is redelivered later.
+    """
+    status = 503
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    400: Invalid, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Conflict, 422: Invalid,
+}
+
+
+def from_response(status: int, body: bytes, what: str) -> KubeError:
+    """Build the exception for an HTTP error answer, keeping the server's own message."""
+    try:
+        parsed = json.loads(body or b"{}")
+    except ValueError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    message = str(parsed.get("message") or body[:300].decode("utf-8", "replace") or what)
+    reason = str(parsed.get("reason") or "")
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = Unavailable if status >= 500 or status in (408, 429) else KubeError
+    return cls(message, status=status, reason=reason, body=parsed)

@@ -1,0 +1,110 @@
+"""Pure helpers over Kubernetes objects as plain dicts: references, labels, conditions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+Obj = dict[str, Any]
+
+MANAGED_BY = "eventop"
+
+
+def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
+    """An ownerReference to ``owner`` so the garbage collector deletes dependents with it.
+
+    ``blockOwnerDeletion`` makes foreground deletion wait for dependents; on a real API
+    server it requires ``update`` on the owner's ``finalizers`` subresource (granted in RBAC).
+    """
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": meta["name"], "uid": meta["uid"],
+        "controller": controller, "blockOwnerDeletion": True,
+    }
+
+
+def is_owned_by(obj: Obj, owner_uid: str) -> bool:
+    return any(ref.get("uid") == owner_uid
+               for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def standard_labels(name: str, instance: str, component: str) -> dict[str, str]:
+    """The ``app.kubernetes.io/*`` labels every object eventop creates carries."""
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def content_hash(value: Any) -> str:
+    """A stable sha256 of a JSON-able value (dict key order does not matter)."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def set_condition(conditions: list[Obj] | None, type_: str, status: bool | str, reason: str,
+                  message: str, now: str, observed_generation: int | None = None) -> list[Obj]:
+    """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change."""
+    status_s = status if isinstance(status, str) else ("True" if status else "False")
+    result = [dict(c) for c in conditions or [] if c.get("type") != type_]
+    previous = next((c for c in conditions or [] if c.get("type") == type_), None)
+    changed = previous is None or previous.get("status") != status_s
+    cond: Obj = {
+        "type": type_, "status": status_s, "reason": reason, "message": message,
+        "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),
+    }
+    if observed_generation is not None:
+        cond["observedGeneration"] = observed_generation
+    result.append(cond)
+    return sorted(result, key=lambda c: str(c.get("type")))
+
+
+def label_selector_string(selector: Obj | None) -> str:
+    """A metav1.LabelSelector as the query string the API server understands.
+
+    Raises ValueError for an operator it does not know (the API server would too).
+    """
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise ValueError(f"unknown label selector operator {op!r} for key {key!r}")
+    return ",".join(parts)
+
+
+def selector_matches(selector: Obj | None, labels: dict[str, str] | None) -> bool:
+    """Evaluate a metav1.LabelSelector locally. An empty selector matches everything."""
+    labels = labels or {}
+    if not selector:
+        return True
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise ValueError(f"unknown label selector operator {op!r} for key {key!r}")
+    return True

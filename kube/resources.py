@@ -1,0 +1,97 @@
+"""Where each kind lives in the API: group, version, plural, scope; and the URL paths.
+
+A static table covers every kind eventop itself reads or writes, so no discovery round
+trip is needed on the hot path. Kinds it does not know (a user's own handler) are looked up
+once through API discovery by :class:`kube.client.Kube` and added here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        """The URL path of the collection, or of one object (and its subresource)."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+def _r(api_version: str, kind: str, plural: str, namespaced: bool = True) -> Resource:
+    group, _, version = api_version.rpartition("/")
+    return Resource(group, version, kind, plural, namespaced)
+
+
+BUILTIN: tuple[Resource, ...] = (
+    _r("v1", "Namespace", "namespaces", namespaced=False),
+    _r("v1", "ConfigMap", "configmaps"),
+    _r("v1", "Secret", "secrets"),
+    _r("v1", "Service", "services"),
+    _r("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    _r("v1", "Event", "events"),
+    _r("v1", "Pod", "pods"),
+    _r("v1", "ServiceAccount", "serviceaccounts"),
+    _r("apps/v1", "StatefulSet", "statefulsets"),
+    _r("apps/v1", "DaemonSet", "daemonsets"),
+    _r("apps/v1", "Deployment", "deployments"),
+    _r("coordination.k8s.io/v1", "Lease", "leases"),
+    _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
+       namespaced=False),
+    _r("eventop.dev/v1", "RegistryMirror", "registrymirrors"),
+    _r("eventop.dev/v1", "CopyRule", "copyrules", namespaced=False),
+    _r("eventop.dev/v1", "ExchangeRate", "exchangerates"),
+)
+
+
+class ResourceTable:
+    """Lookup by (apiVersion, kind) and by (group, plural)."""
+
+    def __init__(self, resources: tuple[Resource, ...] = BUILTIN) -> None:
+        self._by_kind: dict[tuple[str, str], Resource] = {}
+        self._by_plural: dict[tuple[str, str], Resource] = {}
+        for res in resources:
+            self.add(res)
+
+    def add(self, res: Resource) -> None:
+        self._by_kind[(res.api_version, res.kind)] = res
+        self._by_plural[(res.group, res.plural)] = res
+
+    def by_kind(self, api_version: str, kind: str) -> Resource | None:
+        return self._by_kind.get((api_version, kind))
+
+    def by_plural(self, group: str, plural: str) -> Resource | None:
+        return self._by_plural.get((group, plural))
+
+
+def parse_resource(spec: str) -> tuple[str, str, str]:
+    """Parse ``plural``, ``plural.group`` or ``group/version/plural`` into (group, version, plural).
+
+    ``configmaps`` -> ("", "v1", "configmaps"); ``apps/v1/statefulsets``;
+    ``registrymirrors.eventop.dev`` -> ("eventop.dev", "", "registrymirrors") (version found later).
+    """
+    parts = spec.strip().split("/")
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    if len(parts) == 2:  # core "v1/configmaps"
+        return "", parts[0], parts[1]
+    plural, _, group = spec.partition(".")
+    return group, "v1" if not group else "", plural

@@ -90,7 +90,8 @@ class Kube:
     # -- raw HTTP ------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, verb: str,
-                query: list[tuple[str, Any]] | None = None, body: Any = None, content_type: str | None = None,
+                query: list[tuple[str, Any]] | None = None, body: Any = None,
+                content_type: str | None = None,
                 timeout: Any = None, stream: bool = False) -> Any:
         """One API call. Returns the parsed JSON body, or the open urllib3 response if ``stream``.
 

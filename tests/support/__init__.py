@@ -1,0 +1,1 @@
+"""Test support: processes, pipelines (local and real cluster), recordings."""

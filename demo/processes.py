@@ -1,0 +1,95 @@
+"""Run eventop's own processes (router under gunicorn, watcher) as subprocesses on loopback.
+
+Used by ``make demo`` and by the tests, so both exercise exactly what a user runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``url`` answers anything over HTTP (or the process died)."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.RequestException as exc:
+            last = exc
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s: {last}")
+
+
+class Process:
+    """A ``python -m <module> ...`` child whose output goes to a log file."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str],
+                 log_dir: str | None = None) -> None:
+        full_env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
+        full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        fd, path = tempfile.mkstemp(prefix=f"eventop-{name}-", suffix=".log", dir=log_dir)
+        os.close(fd)
+        self.log_path = Path(path)
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=full_env,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, keep_log: bool = False) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        if not keep_log:
+            self.log_path.unlink(missing_ok=True)
+
+
+class RouterProcess(Process):
+    """``python -m router`` under gunicorn on a free loopback port."""
+
+    def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__("router", ["router", "--host", "127.0.0.1", "--port", str(self.port),
+                                    "--workers", str(workers)], env, log_dir)
+        try:
+            wait_http(self.url + "/healthz", proc=self.proc)
+        except Exception:
+            self.stop(keep_log=True)
+            raise
+
+
+class WatcherProcess(Process):
+    """``python -m watcher run`` posting to ``sink``."""
+
+    def __init__(self, sink: str, env: dict[str, str], log_dir: str | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        super().__init__("watcher", ["watcher", "run", *(extra_args or [])],
+                         {**env, "K_SINK": sink}, log_dir)

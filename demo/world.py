@@ -1,0 +1,217 @@
+"""The demo's outside world: changes made to the cluster, what must follow, and the report."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from demo.processes import REPO
+from kube import Kube, KubeError, NotFound
+
+Obj = dict[str, Any]
+GROUP = "eventop.dev/v1"
+CR_KINDS = ("RegistryMirror", "CopyRule", "ExchangeRate")
+OWNED_KINDS = (("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"),
+               ("v1", "PersistentVolumeClaim"), ("apps/v1", "StatefulSet"),
+               ("apps/v1", "DaemonSet"))
+SERVER_FIELDS = ("resourceVersion", "managedFields", "creationTimestamp", "generation",
+                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+
+
+def load_examples(folder: Path) -> list[Obj]:
+    docs: list[Obj] = []
+    for path in sorted(folder.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    # Namespaces and Secrets first: the custom resources refer to them.
+    order = {"Namespace": 0, "Secret": 1, "ConfigMap": 1}
+    return sorted(docs, key=lambda d: order.get(d.get("kind", ""), 2))
+
+
+def _world_copy(obj: Obj) -> Obj:
+    obj = copy.deepcopy(obj)
+    for field in SERVER_FIELDS:
+        obj.get("metadata", {}).pop(field, None)
+    return obj
+
+
+class Expectations:
+    """What must be true once the handlers converged, checked against the API server."""
+
+    def __init__(self) -> None:
+        self.gone: list[tuple[str, str, str | None]] = []  # (uid, kind/name, namespace)
+
+    def owner_deleted(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.gone.append((meta.get("uid", ""), f"{obj['kind']}/{meta['name']}",
+                          meta.get("namespace")))
+
+    def missing(self, kube: Kube) -> list[str]:
+        problems: list[str] = []
+        owned = [o for av, kind in OWNED_KINDS for o in kube.list(av, kind)]
+        by_owner: dict[str, list[Obj]] = {}
+        for obj in owned:
+            for ref in obj["metadata"].get("ownerReferences") or []:
+                by_owner.setdefault(ref.get("uid", ""), []).append(obj)
+        for kind in CR_KINDS:
+            for cr in kube.list(GROUP, kind):
+                problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []))
+        for uid, what, ns in self.gone:
+            left = by_owner.get(uid, [])
+            if left:
+                names = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in left)
+                problems.append(f"{what} in {ns or 'cluster'} was deleted but left {names}")
+        return problems
+
+    def wait(self, kube: Kube, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        problems = ["not checked yet"]
+        while time.monotonic() < deadline:
+            try:
+                problems = self.missing(kube)
+            except KubeError as exc:
+                problems = [f"API error while checking: {exc}"]
+            if not problems:
+                return []
+            time.sleep(1.0)
+        return problems
+
+
+def _cr_problems(cr: Obj, owned: list[Obj]) -> list[str]:
+    meta, status = cr["metadata"], cr.get("status") or {}
+    where = f"{cr['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}" \
+            f"{meta['name']}"
+    if status.get("observedGeneration") != meta.get("generation"):
+        return [f"{where}: generation {meta.get('generation')} not observed yet "
+                f"(status.observedGeneration={status.get('observedGeneration')})"]
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    degraded = conditions.get("Degraded", {})
+    if cr["kind"] == "ExchangeRate":
+        cms = [o for o in owned if o["kind"] == "ConfigMap"]
+        if not cms or cms[0].get("data", {}).get("currency") != cr["spec"]["currency"]:
+            return [f"{where}: no ConfigMap with the {cr['spec']['currency']} rate"]
+    if cr["kind"] == "RegistryMirror" and degraded.get("reason") != "HostPortConflict":
+        kinds = sorted(o["kind"] for o in owned)
+        want = sorted(["PersistentVolumeClaim", "StatefulSet", "Service", "Service",
+                       "DaemonSet"])
+        if kinds != want:
+            return [f"{where}: owns {kinds}, expected {want}"]
+    if "Ready" not in conditions:
+        return [f"{where}: no Ready condition in status"]
+    return []
+
+
+class World:
+    kube: Kube
+
+    def put(self, obj: Obj) -> None:
+        raise NotImplementedError
+
+    def namespaces(self) -> list[str] | None:
+        return None
+
+    def apply_examples(self, examples: list[Obj], expect: Expectations) -> None:
+        for obj in examples:
+            self.put(obj)
+
+    def refresh(self, router_url: str) -> str:
+        """Send the refresh event the CronJob sends, through the same CLI."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
+             "--sink", router_url], cwd=REPO, capture_output=True, text=True, timeout=120)
+        out = (proc.stdout + proc.stderr).strip().splitlines()
+        return ("accepted" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})") + (
+            f": {out[-1]}" if out else "")
+
+
+class LocalWorld(World):
+    def __init__(self, local: Any) -> None:
+        self.local = local
+        self.kube = Kube.connect(url=local.url)
+
+    def put(self, obj: Obj) -> None:
+        self.local.put(_world_copy(obj))
+
+    def replay_recordings(self, folder: Path, expect: Expectations) -> int:
+        """Make the recorded changes happen again, in order, paced like a live cluster."""
+        from watcher.recording import load_initial, load_recording
+
+        paths = [folder / "copy-rules", folder / "mirrors-and-rates"]
+        for obj in load_initial(paths):
+            self.put(obj)
+        changes = load_recording(paths)
+        for change, obj in changes:
+            meta = obj["metadata"]
+            if change == "delete" or (obj["kind"] == "Namespace"
+                                      and meta.get("deletionTimestamp")):
+                if obj.get("apiVersion") == GROUP:
+                    expect.owner_deleted(obj)
+                try:
+                    self.local.remove(obj["apiVersion"], obj["kind"], meta["name"],
+                                      meta.get("namespace"))
+                except (KeyError, NotFound):
+                    pass  # already gone with its namespace
+            else:
+                self.put(obj)
+            time.sleep(0.05)
+        return len(changes)
+
+
+class ClusterWorld(World):
+    """A real cluster: everything goes into one demo namespace, made by a separate manager."""
+
+    namespace = "eventop-demo"
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kube = Kube.connect(kubeconfig=kubeconfig)
+        self.world = Kube.connect(kubeconfig=kubeconfig)
+        self.world.field_manager = "eventop-demo"
+        self.world.apply({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": self.namespace}})
+
+    def namespaces(self) -> list[str] | None:
+        return [self.namespace]
+
+    def put(self, obj: Obj) -> None:
+        obj = _world_copy(obj)
+        obj["metadata"].pop("uid", None)
+        if obj["kind"] in ("Namespace", "CopyRule"):
+            return  # cluster-wide effects: not in someone's real cluster
+        obj["metadata"]["namespace"] = self.namespace
+        self.world.apply(obj)
+
+
+def report(kube: Kube, namespaces: list[str] | None) -> None:
+    """Print every custom resource with its status and the objects it owns."""
+    owned = [o for av, kind in OWNED_KINDS for o in kube.list(av, kind)]
+    by_owner: dict[str, list[Obj]] = {}
+    for obj in owned:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            by_owner.setdefault(ref.get("uid", ""), []).append(obj)
+    for kind in CR_KINDS:
+        items = kube.list(GROUP, kind)
+        items = [i for i in items if namespaces is None
+                 or i["metadata"].get("namespace") in namespaces]
+        print(f"\n{kind} ({len(items)})")
+        for cr in items:
+            meta, status = cr["metadata"], cr.get("status") or {}
+            conds = ", ".join(f"{c['type']}={c['status']}({c.get('reason', '')})"
+                              for c in status.get("conditions") or [])
+            extra = {k: v for k, v in status.items()
+                     if k not in ("conditions", "observedGeneration", "conflictList")}
+            print(f"  {meta.get('namespace', '-')}/{meta['name']}  {conds}  {extra}")
+            for obj in sorted(by_owner.get(meta["uid"], []),
+                              key=lambda o: (o["kind"], o["metadata"].get("namespace", ""),
+                                             o["metadata"]["name"])):
+                om = obj["metadata"]
+                detail = ""
+                if obj["kind"] == "ConfigMap" and "rate" in (obj.get("data") or {}):
+                    d = obj["data"]
+                    detail = f"  1 {d.get('base')} = {d.get('rate')} {d.get('currency')} " \
+                             f"({d.get('date')})"
+                print(f"      └ {obj['kind']} {om.get('namespace')}/{om['name']}{detail}")

@@ -18,7 +18,6 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from demo.processes import REPO, RouterProcess, WatcherProcess
 from demo.world import Expectations, LocalWorld, World, load_examples, report

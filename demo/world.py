@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import subprocess
 import sys
@@ -151,11 +152,10 @@ class LocalWorld(World):
                                       and meta.get("deletionTimestamp")):
                 if obj.get("apiVersion") == GROUP:
                     expect.owner_deleted(obj)
-                try:
+                # The object may already be gone with its namespace.
+                with contextlib.suppress(KeyError, NotFound):
                     self.local.remove(obj["apiVersion"], obj["kind"], meta["name"],
                                       meta.get("namespace"))
-                except (KeyError, NotFound):
-                    pass  # already gone with its namespace
             else:
                 self.put(obj)
             time.sleep(0.05)

@@ -1,0 +1,355 @@
+"""The exchange-rate provider: Frankfurter (ECB reference rates, no API key).
+
+``GET <base-url>/latest?from=EUR&to=USD,GBP`` answers
+``{"amount": 1.0, "base": "EUR", "date": "2026-11-20", "rates": {"USD": 1.0812, "GBP": 0.8741}}``.
+One request serves every currency of one base, which is how a refresh asks: once per base.
+
+What this module promises its callers:
+
+* rates come back as the *exact* decimal text the provider sent (``"1.0812"``, never the
+  float ``1.0812000000000002``), because the ConfigMap must hold what the ECB published;
+* every failure is a :class:`ProviderError` with a ``reason`` fit for a status condition
+  and a message fit for a human, never a bare ``requests`` exception (whose text carries
+  object addresses and would make every status write look like a change);
+* transient failures (connection errors, timeouts, 5xx, 429) are retried a bounded number
+  of times with exponential backoff inside one overall time budget, so a handler never
+  holds a router worker for long; answers that retrying can not fix (404/422, malformed
+  JSON) fail at once;
+* ``If-None-Match`` is sent when an earlier answer for the same URL carried an ``ETag``;
+  a ``304`` then reuses that earlier body. This cache is only an optimisation (it lives in
+  one process and may be empty at any time); nothing depends on it for correctness.
+
+The base URL comes from ``RATES_API_URL`` (default :data:`DEFAULT_URL`), so a self-hosted
+Frankfurter (``docker run lineofflight/frankfurter``) can be used instead of the public one.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import requests
+
+log = logging.getLogger("eventop.exchange_rates.provider")
+
+#: The public Frankfurter endpoint (``api.frankfurter.app`` is its older alias and redirects).
+DEFAULT_URL = "https://api.frankfurter.dev/v1"
+USER_AGENT = "eventop-exchange-rates/0.1 (+https://github.com/eventop)"
+
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# A JSON number as the grammar allows it; what the provider sent is kept verbatim.
+JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+class ProviderError(Exception):
+    """The provider did not give us a usable rate. ``reason`` is a condition reason."""
+
+    reason = "ProviderError"
+    #: Would asking again later (a redelivered event) plausibly succeed?
+    transient = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class ProviderUnavailable(ProviderError):
+    """Connection failure, timeout or 5xx, still failing when the retries ran out."""
+
+    reason = "ProviderUnavailable"
+    transient = True
+
+
+class ProviderRateLimited(ProviderError):
+    """429 with a Retry-After longer than we are willing to wait inside one event.
+
+    Not ``transient`` on purpose: a redelivered event would only ask again too early.
+    """
+
+    reason = "ProviderRateLimited"
+
+
+class ProviderRejected(ProviderError):
+    """The provider refused the question (404 unknown currency, 422 same base and target)."""
+
+    reason = "ProviderRejected"
+
+
+class MalformedAnswer(ProviderError):
+    """The answer is not JSON, or lacks ``rates``, the currency, or a sane date/base."""
+
+    reason = "MalformedAnswer"
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Quote:
+    """The provider's answer for one base: rates as exact decimal strings."""
+
+    base: str
+    date: str
+    rates: dict[str, str]
+    source: str
+    fetched_at: str
+
+    def rate(self, currency: str) -> str:
+        """The rate of ``currency``, or :class:`MalformedAnswer` if the answer lacks it."""
+        try:
+            return self.rates[currency]
+        except KeyError:
+            raise MalformedAnswer(
+                f"{self.source} answered for base {self.base} on {self.date} without a rate "
+                f"for {currency} (it sent {', '.join(sorted(self.rates)) or 'no rates'}); "
+                f"check that the provider publishes {currency}") from None
+
+
+class _Number(str):
+    """A JSON number kept as the text it was written as (marks numbers apart from strings)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def parse_answer(body: bytes, base: str, source: str, fetched_at: str) -> Quote:
+    """Validate and convert a ``/latest`` answer. Raises :class:`MalformedAnswer`."""
+    try:
+        doc = json.loads(body, parse_float=_Number, parse_int=_Number,
+                         parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        snippet = body[:120].decode("utf-8", "replace")
+        raise MalformedAnswer(f"{source} did not answer JSON ({exc}); it sent: {snippet!r}") \
+            from None
+    if not isinstance(doc, dict):
+        raise MalformedAnswer(f"{source} answered {type(doc).__name__}, not a JSON object")
+    rates = doc.get("rates")
+    if not isinstance(rates, dict):
+        raise MalformedAnswer(f"{source} answered without a 'rates' object")
+    if doc.get("base") != base:
+        raise MalformedAnswer(f"{source} answered for base {doc.get('base')!r}, asked for {base}")
+    date = doc.get("date")
+    if not isinstance(date, str) or not DATE.match(date):
+        raise MalformedAnswer(f"{source} answered without a YYYY-MM-DD 'date' (got {date!r})")
+    amount = doc.get("amount")
+    if amount is not None and (not isinstance(amount, _Number) or Decimal(amount) != 1):
+        raise MalformedAnswer(f"{source} answered for amount {amount!r}, not 1")
+    clean: dict[str, str] = {}
+    for currency, value in rates.items():
+        if not isinstance(value, _Number) or not JSON_NUMBER.match(value):
+            raise MalformedAnswer(f"{source} sent a rate for {currency} that is not a number: "
+                                  f"{value!r}")
+        try:
+            positive = Decimal(value) > 0
+        except InvalidOperation:
+            positive = False
+        if not positive:
+            raise MalformedAnswer(f"{source} sent a non-positive rate for {currency}: {value}")
+        clean[str(currency)] = str(value)
+    return Quote(base=base, date=date, rates=clean, source=source, fetched_at=fetched_at)
+
+
+# -- the client -------------------------------------------------------------------------------
+
+@dataclass
+class _Cached:
+    etag: str
+    body: bytes
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_message(resp: requests.Response) -> str:
+    """The provider's own explanation (Frankfurter answers ``{"message": ...}``)."""
+    try:
+        doc = resp.json()
+    except ValueError:
+        return resp.text[:200].strip() or resp.reason or ""
+    if isinstance(doc, dict) and doc.get("message"):
+        return str(doc["message"])
+    return resp.text[:200].strip()
+
+
+class FrankfurterClient:
+    """Fetches latest rates, with timeouts, bounded retries, Retry-After and ETags.
+
+    ``sleep`` and ``clock`` are injectable so tests can check the waits without waiting.
+    Thread-safe: the ETag cache is guarded, the ``requests.Session`` is only used for GETs.
+    """
+
+    def __init__(self, base_url: str = DEFAULT_URL, *,
+                 session: requests.Session | None = None,
+                 timeout: tuple[float, float] = (3.05, 10.0),
+                 max_attempts: int = 4,
+                 backoff: float = 0.5,
+                 max_backoff: float = 8.0,
+                 max_retry_after: float = 10.0,
+                 budget: float = 25.0,
+                 cache_size: int = 64,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session or requests.Session()
+        self.timeout = timeout
+        self.max_attempts = max(1, max_attempts)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
+        self.budget = budget
+        self.cache_size = cache_size
+        self.sleep = sleep
+        self.clock = clock
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def source(self) -> str:
+        """What the ConfigMap's ``source`` says: where the rates came from."""
+        return self.base_url
+
+    def url(self, base: str, currencies: Iterable[str]) -> str:
+        return f"{self.base_url}/latest?from={base}&to={','.join(sorted(set(currencies)))}"
+
+    def latest(self, base: str, currencies: Iterable[str]) -> Quote:
+        """Latest rates of ``currencies`` against ``base``, in one request.
+
+        Raises a :class:`ProviderError` subclass; never a ``requests`` exception.
+        """
+        wanted = sorted(set(currencies))
+        for code in (base, *wanted):
+            if not CURRENCY.match(code):
+                raise ProviderRejected(f"{code!r} is not an ISO 4217 currency code (three "
+                                       f"capital letters); fix the ExchangeRate's spec")
+        if not wanted:
+            raise ProviderRejected("no currency to quote was asked for")
+        url = self.url(base, wanted)
+        deadline = self.clock() + self.budget
+        last = "no attempt made"
+        for attempt in range(1, self.max_attempts + 1):
+            wait: float | None = None
+            try:
+                resp = self.session.get(url, headers=self._headers(url), timeout=self.timeout)
+            except requests.Timeout:
+                last = f"no answer within {self.timeout[1]:g}s"
+            except requests.ConnectionError as exc:
+                last = f"connection failed ({type(exc).__name__})"
+            except requests.RequestException as exc:
+                last = f"request failed ({type(exc).__name__})"
+            else:
+                if resp.status_code == 304:
+                    cached = self._cached(url)
+                    if cached is not None:
+                        log.debug("%s not modified (ETag %s)", url, cached.etag)
+                        return parse_answer(cached.body, base, self.source, _now())
+                    last = "answered 304 Not Modified to a request we had no copy for"
+                elif 200 <= resp.status_code < 300:
+                    quote = parse_answer(resp.content, base, self.source, _now())
+                    self._remember(url, resp)
+                    return quote
+                elif resp.status_code == 429:
+                    wait = _retry_after(resp.headers.get("Retry-After"))
+                    if wait is not None and wait > self.max_retry_after:
+                        raise ProviderRateLimited(
+                            f"{url} is rate limited (429) and asks to wait {wait:g}s, longer "
+                            f"than the {self.max_retry_after:g}s we wait inside one event; the "
+                            f"next scheduled refresh asks again", status=429)
+                    last = "rate limited (429)"
+                elif resp.status_code >= 500:
+                    last = f"server error {resp.status_code}"
+                else:
+                    detail = _error_message(resp)
+                    raise ProviderRejected(
+                        f"{url} answered {resp.status_code}"
+                        f"{': ' + detail if detail else ''}; check that base and currency are "
+                        f"different currencies the provider publishes", status=resp.status_code)
+            if attempt == self.max_attempts:
+                break
+            if wait is None:
+                delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+                wait = delay * random.uniform(0.5, 1.0)  # jitter: replicas do not sync up
+            if self.clock() + wait > deadline:
+                last += f"; the {self.budget:g}s budget would run out before the next attempt"
+                break
+            log.info("%s: %s (attempt %d of %d), retrying in %.2fs",
+                     url, last, attempt, self.max_attempts, wait)
+            self.sleep(wait)
+        raise ProviderUnavailable(f"{url}: {last}, after {attempt} attempt(s); the next refresh "
+                                  f"tries again (is the provider reachable from the cluster?)")
+
+    # -- ETag cache -----------------------------------------------------------------------
+
+    def _headers(self, url: str) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        cached = self._cached(url)
+        if cached is not None:
+            headers["If-None-Match"] = cached.etag
+        return headers
+
+    def _cached(self, url: str) -> _Cached | None:
+        with self._lock:
+            return self._cache.get(url)
+
+    def _remember(self, url: str, resp: requests.Response) -> None:
+        etag = resp.headers.get("ETag")
+        with self._lock:
+            if not etag:
+                self._cache.pop(url, None)
+                return
+            self._cache[url] = _Cached(etag, resp.content)
+            self._cache.move_to_end(url)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+
+# -- the process-wide client ------------------------------------------------------------------
+
+_client: FrankfurterClient | None = None
+_client_lock = threading.Lock()
+
+
+def get_client() -> FrankfurterClient:
+    """The client for the configured ``RATES_API_URL`` (one per process, ETag cache included).
+
+    Rebuilt when the variable changes, so a test or a reconfigured process never talks to a
+    stale URL.
+    """
+    global _client
+    url = (os.environ.get("RATES_API_URL") or DEFAULT_URL).rstrip("/")
+    with _client_lock:
+        if _client is None or _client.base_url != url:
+            _client = FrankfurterClient(url)
+        return _client

@@ -1,0 +1,294 @@
+"""The Frankfurter client against requests-mock: answers, failures, retries, ETags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+import requests_mock as rm
+
+from handlers.exchange_rates import provider
+from handlers.exchange_rates.provider import (
+    FrankfurterClient,
+    MalformedAnswer,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    parse_answer,
+)
+
+BASE_URL = "https://rates.test/v1"
+# The shape Frankfurter answers, byte for byte as it sends it (floats, amount 1.0).
+REAL_ANSWER = b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"GBP":0.8352,"USD":1.0812}}'
+
+
+class Sleeps(list[float]):
+    """Records the waits instead of waiting."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def client(sleeps: Sleeps) -> FrankfurterClient:
+    return FrankfurterClient(BASE_URL, sleep=sleeps, max_attempts=4, backoff=0.5)
+
+
+def latest_url(base: str = "EUR", to: str = "USD") -> str:
+    return f"{BASE_URL}/latest?from={base}&to={to}"
+
+
+def test_real_answer_shape_gives_exact_decimal_strings(client: FrankfurterClient,
+                                                       requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(to="GBP,USD"), content=REAL_ANSWER)
+    quote = client.latest("EUR", ["USD", "GBP"])
+    assert quote.base == "EUR"
+    assert quote.date == "2026-11-20"
+    assert quote.rates == {"GBP": "0.8352", "USD": "1.0812"}
+    assert quote.rate("USD") == "1.0812"
+    assert quote.source == BASE_URL
+    assert requests_mock.call_count == 1
+    sent = requests_mock.last_request
+    assert sent.qs == {"from": ["eur"], "to": ["gbp,usd"]}  # requests-mock lowercases qs
+
+
+def test_rates_keep_digits_a_float_would_lose(client: FrankfurterClient,
+                                              requests_mock: rm.Mocker) -> None:
+    body = b'{"amount":1.0,"base":"EUR","date":"2026-11-20",' \
+           b'"rates":{"JPY":166,"USD":1.08120000000000000001,"PLN":4.2735E0}}'
+    requests_mock.get(latest_url(to="JPY,PLN,USD"), content=body)
+    quote = client.latest("EUR", ["USD", "JPY", "PLN"])
+    assert quote.rates == {"JPY": "166", "USD": "1.08120000000000000001", "PLN": "4.2735E0"}
+    assert all(type(v) is str for v in quote.rates.values())
+
+
+def test_missing_currency_in_answer_is_malformed(client: FrankfurterClient,
+                                                 requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(to="GBP,USD"),
+                      content=b'{"amount":1.0,"base":"EUR","date":"2026-11-20",'
+                              b'"rates":{"USD":1.0812}}')
+    quote = client.latest("EUR", ["USD", "GBP"])
+    assert quote.rate("USD") == "1.0812"
+    with pytest.raises(MalformedAnswer, match="without a rate for GBP"):
+        quote.rate("GBP")
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (b"<html>Bad gateway</html>", "did not answer JSON"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20"', "did not answer JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20"}', "without a 'rates' object"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":[]}', "without a 'rates'"),
+    (b'{"amount":1.0,"base":"USD","date":"2026-11-20","rates":{"USD":1}}', "base 'USD'"),
+    (b'{"amount":1.0,"base":"EUR","rates":{"USD":1.08}}', "YYYY-MM-DD"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":"1.08"}}',
+     "not a number"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":0}}', "non-positive"),
+    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":NaN}}',
+     "did not answer JSON"),
+    (b'{"amount":100,"base":"EUR","date":"2026-11-20","rates":{"USD":108.12}}',
+     "amount '100'"),
+])
+def test_malformed_answers_fail_clearly_without_retry(client: FrankfurterClient,
+                                                      requests_mock: rm.Mocker, body: bytes,
+                                                      expected: str) -> None:
+    requests_mock.get(latest_url(), content=body)
+    with pytest.raises(MalformedAnswer, match=expected) as err:
+        client.latest("EUR", ["USD"])
+    assert err.value.reason == "MalformedAnswer"
+    assert not err.value.transient
+    assert requests_mock.call_count == 1
+
+
+@pytest.mark.parametrize(("status", "message"), [
+    (404, "not found"),  # Frankfurter: unknown currency
+    (422, "bad currency pair"),  # Frankfurter: same base and target
+])
+def test_provider_rejections_fail_at_once_with_its_message(
+        client: FrankfurterClient, requests_mock: rm.Mocker, sleeps: Sleeps,
+        status: int, message: str) -> None:
+    requests_mock.get(latest_url(base="XYZ"), status_code=status, json={"message": message})
+    with pytest.raises(ProviderRejected) as err:
+        client.latest("XYZ", ["USD"])
+    assert err.value.status == status
+    assert err.value.reason == "ProviderRejected"
+    assert f"answered {status}: {message}" in str(err.value)
+    assert not err.value.transient
+    assert requests_mock.call_count == 1
+    assert sleeps == []
+
+
+def test_server_error_then_success_is_retried_with_backoff(
+        client: FrankfurterClient, requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), [
+        {"status_code": 500, "text": "boom"},
+        {"status_code": 503, "text": "busy"},
+        {"content": b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.0812}}'},
+    ])
+    assert client.latest("EUR", ["USD"]).rate("USD") == "1.0812"
+    assert requests_mock.call_count == 3
+    # exponential: 0.5s then 1s, each with jitter down to half
+    assert len(sleeps) == 2
+    assert 0.25 <= sleeps[0] <= 0.5
+    assert 0.5 <= sleeps[1] <= 1.0
+
+
+def test_server_errors_exhaust_the_retries(client: FrankfurterClient,
+                                           requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), status_code=502, text="bad gateway")
+    with pytest.raises(ProviderUnavailable, match=r"server error 502, after 4 attempt") as err:
+        client.latest("EUR", ["USD"])
+    assert err.value.transient
+    assert requests_mock.call_count == 4
+    assert len(sleeps) == 3
+
+
+def test_timeout_is_retried_then_reported(client: FrankfurterClient,
+                                          requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), exc=requests.exceptions.ReadTimeout("read timed out"))
+    with pytest.raises(ProviderUnavailable, match="no answer within 10s") as err:
+        client.latest("EUR", ["USD"])
+    assert err.value.reason == "ProviderUnavailable"
+    assert requests_mock.call_count == 4
+
+
+def test_timeout_then_success(client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), [
+        {"exc": requests.exceptions.ConnectTimeout("connect timed out")},
+        {"exc": requests.exceptions.ConnectionError("refused")},
+        {"content": b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.1}}'},
+    ])
+    assert client.latest("EUR", ["USD"]).rate("USD") == "1.1"
+
+
+def test_requests_carry_a_timeout(requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    seen: list[Any] = []
+
+    class Spy(requests.Session):
+        def get(self, url: str | bytes, **kwargs: Any) -> requests.Response:  # type: ignore
+            seen.append(kwargs.get("timeout"))
+            return super().get(url, **kwargs)
+
+    requests_mock.get(latest_url(), content=REAL_ANSWER.replace(b'"GBP":0.8352,', b""))
+    FrankfurterClient(BASE_URL, session=Spy(), timeout=(1.0, 2.0), sleep=sleeps).latest(
+        "EUR", ["USD"])
+    assert seen == [(1.0, 2.0)]
+
+
+def test_connection_error_message_has_no_object_addresses(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    """Status messages must be stable, or every failed refresh would rewrite status."""
+    requests_mock.get(latest_url(), exc=requests.exceptions.ConnectionError(
+        "HTTPConnectionPool: <urllib3.connection.HTTPConnection object at 0x7f00deadbeef>"))
+    with pytest.raises(ProviderUnavailable) as err:
+        client.latest("EUR", ["USD"])
+    assert "0x" not in str(err.value)
+    assert "connection failed (ConnectionError)" in str(err.value)
+
+
+def test_429_waits_as_long_as_retry_after_says(client: FrankfurterClient,
+                                               requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), [
+        {"status_code": 429, "headers": {"Retry-After": "3"}, "json": {"message": "slow down"}},
+        {"content": b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.0812}}'},
+    ])
+    assert client.latest("EUR", ["USD"]).rate("USD") == "1.0812"
+    assert sleeps == [3.0]
+
+
+def test_429_with_http_date_retry_after(client: FrankfurterClient,
+                                        requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), [
+        {"status_code": 429, "headers": {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}},
+        {"content": b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.0812}}'},
+    ])
+    client.latest("EUR", ["USD"])
+    assert sleeps == [0.0]  # a date in the past: go again at once
+
+
+def test_429_asking_for_too_long_a_wait_gives_up_without_waiting(
+        client: FrankfurterClient, requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), status_code=429, headers={"Retry-After": "3600"})
+    with pytest.raises(ProviderRateLimited, match="asks to wait 3600s") as err:
+        client.latest("EUR", ["USD"])
+    assert err.value.reason == "ProviderRateLimited"
+    assert not err.value.transient  # redelivering would only ask again too early
+    assert requests_mock.call_count == 1
+    assert sleeps == []
+
+
+def test_429_without_retry_after_uses_backoff(client: FrankfurterClient,
+                                              requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), status_code=429)
+    with pytest.raises(ProviderUnavailable, match="rate limited"):
+        client.latest("EUR", ["USD"])
+    assert requests_mock.call_count == 4
+    assert len(sleeps) == 3
+
+
+def test_retries_stop_when_the_time_budget_would_run_out(requests_mock: rm.Mocker) -> None:
+    now = [0.0]
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+
+    client = FrankfurterClient(BASE_URL, max_attempts=10, max_retry_after=10, budget=5.0,
+                               sleep=sleep, clock=lambda: now[0])
+    requests_mock.get(latest_url(), status_code=429, headers={"Retry-After": "2"})
+    with pytest.raises(ProviderUnavailable, match="budget would run out"):
+        client.latest("EUR", ["USD"])
+    assert waits == [2.0, 2.0]
+    assert requests_mock.call_count == 3
+
+
+def test_etag_is_sent_back_and_304_reuses_the_cached_answer(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), [
+        {"content": b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":1.0812}}',
+         "headers": {"ETag": 'W/"abc"'}},
+        {"status_code": 304},
+    ])
+    first = client.latest("EUR", ["USD"])
+    second = client.latest("EUR", ["USD"])
+    assert requests_mock.request_history[0].headers.get("If-None-Match") is None
+    assert requests_mock.request_history[1].headers["If-None-Match"] == 'W/"abc"'
+    assert second.rates == first.rates
+    assert second.date == first.date
+
+
+def test_no_etag_no_conditional_request(client: FrankfurterClient,
+                                        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), content=REAL_ANSWER.replace(b'"GBP":0.8352,', b""))
+    client.latest("EUR", ["USD"])
+    client.latest("EUR", ["USD"])
+    assert all("If-None-Match" not in r.headers for r in requests_mock.request_history)
+
+
+def test_invalid_codes_are_rejected_before_any_request(client: FrankfurterClient,
+                                                       requests_mock: rm.Mocker) -> None:
+    with pytest.raises(ProviderRejected, match="not an ISO 4217"):
+        client.latest("eur", ["USD"])
+    with pytest.raises(ProviderRejected, match="not an ISO 4217"):
+        client.latest("EUR", ["US&D"])
+    assert requests_mock.call_count == 0
+
+
+def test_parse_answer_accepts_integer_amount() -> None:
+    quote = parse_answer(b'{"amount":1,"base":"CHF","date":"2026-11-20","rates":{"USD":1.15}}',
+                         "CHF", "x", "t")
+    assert quote.rates == {"USD": "1.15"}
+
+
+def test_client_follows_rates_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATES_API_URL", "http://127.0.0.1:9/v1/")
+    assert provider.get_client().base_url == "http://127.0.0.1:9/v1"
+    monkeypatch.delenv("RATES_API_URL")
+    assert provider.get_client().base_url == provider.DEFAULT_URL

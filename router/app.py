@@ -1,0 +1,261 @@
+"""The Flask app: CloudEvents in, handler outcomes out.
+
+Responses follow the Knative data-plane contract (DESIGN.md section 2), because the sender
+(our watcher, or a Knative Broker/ApiServerSource) decides whether to retry from the
+status code alone:
+
+* ``200`` every matching handler succeeded; ``202`` no handler wants the event (it is
+  acknowledged and counted, never retried: redelivering it would change nothing);
+* ``400`` malformed event, ``413`` body over the limit, ``415`` not a CloudEvent content
+  type: retrying cannot help, so these are final;
+* ``503`` a handler could not reach the Kubernetes API (or no API is configured), ``500``
+  any other handler failure: the sender retries with backoff, which is safe because
+  handlers are idempotent.
+
+The app object is importable as ``gunicorn 'router.app:create_app()'``; ``python -m router``
+adds the multi-worker metrics setup and sensible defaults (see :mod:`router.server`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
+
+from handlers.events import Event
+from handlers.registry import Outcome, Registry
+from kube.errors import KubeError, Unavailable
+from router import logs, metrics
+from router.parse import BadEvent, parse_request
+
+log = logging.getLogger("eventop.router")
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024  # Kubernetes objects reach 1.5 MiB; leave headroom
+READY_CACHE_SECONDS = 2.0
+
+
+def max_body_bytes() -> int:
+    """The request body limit: ``EVENTOP_MAX_BODY_BYTES`` or 8 MiB."""
+    raw = os.environ.get("EVENTOP_MAX_BODY_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_BODY
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"EVENTOP_MAX_BODY_BYTES must be a number of bytes, not {raw!r}") \
+            from None
+    if value <= 0:
+        raise ValueError(f"EVENTOP_MAX_BODY_BYTES must be positive, not {value}")
+    return value
+
+
+class KubeProvider:
+    """The Kubernetes access handed to handlers: given, or one per worker process.
+
+    Created lazily on first use so that nothing connects at import time and each gunicorn
+    worker builds its own connection pool *after* the fork (a urllib3 pool shared across
+    a fork would interleave two processes' traffic on one socket).
+    """
+
+    def __init__(self, kube: Any = None) -> None:
+        self._fixed = kube
+        self._kube: Any = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The ``Kube``; raises :class:`kube.errors.Unavailable` if none can be configured."""
+        if self._fixed is not None:
+            return self._fixed
+        pid = os.getpid()
+        if self._kube is not None and self._pid == pid:
+            return self._kube
+        with self._lock:
+            if self._kube is None or self._pid != pid:
+                from kube import Kube
+
+                try:
+                    self._kube = Kube.connect()
+                except KubeError:
+                    raise
+                except Exception as exc:  # a broken kubeconfig, unreadable token file...
+                    raise Unavailable(f"cannot configure Kubernetes access: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+                self._pid = pid
+            return self._kube
+
+
+class Readiness:
+    """``kube.ping()``, remembered for a couple of seconds.
+
+    Kubelet probes every replica every few seconds; caching keeps a probe from turning into
+    an API request each time, and the lock makes concurrent probes share one ping.
+    """
+
+    def __init__(self, provider: KubeProvider, ttl: float = READY_CACHE_SECONDS) -> None:
+        self.provider = provider
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._result: tuple[bool, str] = (False, "not checked yet")
+
+    def check(self) -> tuple[bool, str]:
+        with self._lock:
+            if time.monotonic() - self._at < self.ttl:
+                return self._result
+            try:
+                kube = self.provider.get()
+                kube.ping()
+                host = getattr(kube, "host", "")
+                self._result = (True, f"Kubernetes API reachable{' at ' + host if host else ''}")
+            except KubeError as exc:
+                self._result = (False, str(exc))
+            except Exception as exc:  # readiness must answer, whatever went wrong
+                self._result = (False, f"{type(exc).__name__}: {exc}")
+            self._at = time.monotonic()
+            return self._result
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def _describe(event: Event) -> dict[str, Any]:
+    """What the log line and the metrics say about the event: never its data."""
+    ref = event.ref
+    ext = event.extensions
+    return {
+        "id": event.id, "type": event.type, "source": event.source,
+        "kind": ref.kind if ref else ext.get("kind", ""),
+        "namespace": (ref.namespace if ref else ext.get("namespace")) or "",
+        "name": ref.name if ref else ext.get("name", ""),
+    }
+
+
+def _outcome_json(outcome: Outcome) -> dict[str, Any]:
+    return {"handler": outcome.handler, "outcome": "ok" if outcome.ok else "error",
+            "detail": outcome.detail}
+
+
+def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
+    """The router app. ``registry`` defaults to :func:`handlers.load` (built-in handlers plus
+    ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per worker
+    process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster)."""
+    logs.configure()
+    if registry is None:
+        import handlers
+
+        registry = handlers.load()
+    app = Flask("router")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes()
+    provider = KubeProvider(kube)
+    readiness = Readiness(provider)
+    app.extensions["eventop"] = {"registry": registry, "kube": provider,
+                                 "readiness": readiness}
+
+    def finish(status: int, outcome: str, info: dict[str, Any], start: float,
+               body: dict[str, Any], handler_names: list[str] | None = None,
+               level: int = logging.INFO, error: str | None = None) -> Response:
+        metrics.EVENTS.labels(info.get("type", ""), info.get("kind", ""), outcome).inc()
+        fields = {**info, "handlers": handler_names or [], "outcome": outcome,
+                  "status": status, "duration_ms": round((time.perf_counter() - start) * 1000, 3)}
+        if error:
+            fields["error"] = error
+        log.log(level, "event %s", outcome, extra={"fields": fields})
+        return _json(body, status)
+
+    def reject(status: int, outcome: str, message: str, known: dict[str, Any],
+               start: float) -> Response:
+        info = {"id": str(known.get("id", "")), "type": "", "kind": ""}
+        body: dict[str, Any] = {"error": message}
+        if known.get("id"):
+            body["id"] = known["id"]
+        # The type of a rejected event is sender-controlled: keep it out of metric labels.
+        return finish(status, outcome, info, start, body, level=logging.WARNING,
+                      error=message)
+
+    @app.post("/")
+    @app.post("/events")
+    def receive() -> Response:
+        start = time.perf_counter()
+        try:
+            event = parse_request(request.headers, request.get_data(cache=False))
+        except BadEvent as bad:
+            outcome = "unsupported_media_type" if bad.status == 415 else "invalid"
+            return reject(bad.status, outcome, bad.message, bad.known, start)
+        except RequestEntityTooLarge:
+            limit = app.config["MAX_CONTENT_LENGTH"]
+            return reject(413, "too_large",
+                          f"request body is larger than the limit of {limit} bytes "
+                          f"(raise EVENTOP_MAX_BODY_BYTES if such events are legitimate)",
+                          {"id": request.headers.get("ce-id", "")}, start)
+        info = _describe(event)
+        wanted = registry.matching(event)
+        if not wanted:
+            return finish(202, "ignored", info, start, {
+                "id": event.id, "outcome": "ignored", "handlers": [],
+                "detail": f"no handler registered for type {event.type!r}"
+                          + (f" and kind {info['kind']!r}" if info["kind"] else "")})
+        names = [r.name for r in wanted]
+        try:
+            kube_access = provider.get()
+        except Unavailable as exc:
+            return finish(503, "unavailable", info, start, {
+                "id": event.id, "outcome": "unavailable", "handlers": [],
+                "error": f"Kubernetes API not available, handlers {', '.join(names)} not run: "
+                         f"{exc}"}, names, logging.ERROR, str(exc))
+        outcomes = registry.dispatch(event, kube_access)
+        for o in outcomes:
+            metrics.HANDLER_DURATION.labels(o.handler).observe(o.duration)
+        failed = [o for o in outcomes if not o.ok]
+        results = [_outcome_json(o) for o in outcomes]
+        ran = [o.handler for o in outcomes]
+        if not failed:
+            return finish(200, "ok", info, start,
+                          {"id": event.id, "outcome": "ok", "handlers": results}, ran)
+        for o in failed:
+            err = o.error
+            log.error("handler %s failed on event %s: %s", o.handler, event.id, o.detail,
+                      exc_info=(type(err), err, err.__traceback__) if err else None,
+                      extra={"fields": {**info, "handler": o.handler}})
+        unavailable = all(isinstance(o.error, Unavailable) for o in failed)
+        status, outcome = (503, "unavailable") if unavailable else (500, "error")
+        message = (f"event {event.id}: handler(s) failed: "
+                   + "; ".join(f"{o.handler}: {o.detail}" for o in failed))
+        return finish(status, outcome, info, start, {
+            "id": event.id, "outcome": outcome, "error": message, "handlers": results},
+            ran, logging.ERROR, message)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        """Liveness: the worker answers. Deliberately independent of the API server, so an
+        API outage makes pods unready (no traffic) instead of restarting them in a loop."""
+        return _json({"status": "alive"}, 200)
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ok, reason = readiness.check()
+        return _json({"ready": ok, "reason": reason}, 200 if ok else 503)
+
+    @app.get("/metrics")
+    def metrics_view() -> Response:
+        payload, content_type = metrics.render()
+        return Response(payload, status=200, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        if isinstance(exc, InternalServerError) and exc.original_exception is not None:
+            original = exc.original_exception
+            log.error("unexpected error on %s %s", request.method, request.path,
+                      exc_info=(type(original), original, original.__traceback__))
+            return _json({"error": f"internal error: {type(original).__name__}: {original}"},
+                         500)
+        return _json({"error": f"{exc.name}: {exc.description}"}, exc.code or 500)
+
+    return app

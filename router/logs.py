@@ -1,0 +1,61 @@
+"""JSON log lines, one object per line, so a log pipeline can index every field.
+
+The router logs one line per event (``router.app``) and one per handler failure, with the
+traceback inside the JSON object (a multi-line traceback would be split into unrelated
+lines by most collectors). Event *data* is never logged: it may be a Secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+LOGGER = "eventop"
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"time", "level", "logger", "message", **fields}``; ``fields`` comes from ``extra``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure(level: str | None = None, *, force: bool = False) -> None:
+    """Send eventop's logs to stderr as JSON, unless logging is already set up.
+
+    Called by :func:`router.app.create_app`: under gunicorn nothing configures the root
+    logger, so without this the per-event lines would be dropped (Python's last-resort
+    handler only prints warnings). If the host application or pytest has configured
+    handlers, they are left alone and our records propagate to them. ``force`` (used by
+    ``python -m router``) installs the handler regardless. The level comes from
+    ``EVENTOP_LOG_LEVEL`` (default INFO).
+    """
+    logger = logging.getLogger(LOGGER)
+    level_name = (level or os.environ.get("EVENTOP_LOG_LEVEL") or "INFO").upper()
+    if logger.level == logging.NOTSET or force:
+        logger.setLevel(level_name)
+    if any(getattr(h, "_eventop", False) for h in logger.handlers):
+        return
+    if not force and (logger.handlers or logging.getLogger().handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._eventop = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.propagate = False

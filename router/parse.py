@@ -1,0 +1,206 @@
+"""Turn an HTTP request into a :class:`handlers.events.Event`, or say exactly what is wrong.
+
+Parsing uses the CloudEvents SDK (v2 API: ``from_http`` with ``HTTPMessage`` and
+``JSONFormat``), but the SDK is lenient where a router must not be:
+
+* its ``CloudEvent`` constructor *fills in* a missing ``id`` (a random UUID) and a missing
+  ``specversion``, so a sender that forgot them would get a fresh id on every redelivery;
+  we check the required attributes on the wire first;
+* in binary mode it silently hands back the body as a string when ``datacontenttype`` says
+  JSON but the body is not JSON; we detect that and answer 400;
+* a Kubernetes event (``dev.knative.apiserver.*``) whose data is not an object, or whose
+  Resource-mode object lacks ``apiVersion``/``kind``/``metadata.name``, cannot be routed by
+  kind, so it is rejected here rather than silently ignored.
+
+Every rejection is a :class:`BadEvent` carrying the HTTP status (400 or 415) and a message
+that names the attribute or field at fault, so the sender can fix it without reading code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from cloudevents.core.bindings.http import HTTPMessage, from_http
+from cloudevents.core.exceptions import BaseCloudEventException
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+from dateutil.parser import isoparse
+
+from handlers.events import REF_PREFIX, RESOURCE_PREFIX, Event
+
+REQUIRED = ("id", "source", "type", "specversion")
+CORE = frozenset({*REQUIRED, "datacontenttype", "dataschema", "subject", "time"})
+SPECVERSION = "1.0"
+STRUCTURED = "application/cloudevents+json"
+BATCH = "application/cloudevents-batch+json"
+_JSON_TYPE = JSONFormat.JSON_CONTENT_TYPE_PATTERN
+_FORMAT = JSONFormat()
+
+
+class BadEvent(Exception):
+    """The request is not an event we can accept. ``status`` is 400 or 415.
+
+    ``known`` holds whatever attributes could be read (id, type), for the log line.
+    """
+
+    def __init__(self, status: int, message: str, known: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.known = dict(known or {})
+
+
+def parse_request(headers: Mapping[str, str], body: bytes) -> Event:
+    """Parse a binary-mode (``ce-*`` headers) or structured-mode CloudEvent.
+
+    Raises :class:`BadEvent` with 415 for a content type that is neither, and 400 for a
+    malformed event.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if any(k.startswith("ce-") for k in lowered):
+        return _binary(lowered, body)
+    content_type = lowered.get("content-type", "")
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime == STRUCTURED:
+        return _structured(lowered, body)
+    if mime == BATCH:
+        raise BadEvent(415, "batched CloudEvents (application/cloudevents-batch+json) are not "
+                            "supported: send one event per request, in binary or structured mode")
+    if mime.startswith("application/cloudevents"):
+        raise BadEvent(415, f"unsupported CloudEvents format {mime!r}: only JSON "
+                            f"({STRUCTURED}) is supported in structured mode")
+    shown = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+    raise BadEvent(415, f"not a CloudEvent: {shown} and no ce-* headers; send binary mode "
+                        f"(ce-id, ce-source, ce-type, ce-specversion headers) or structured "
+                        f"mode (Content-Type: {STRUCTURED})")
+
+
+def _binary(headers: dict[str, str], body: bytes) -> Event:
+    known = {a: headers[f"ce-{a}"] for a in ("id", "type") if headers.get(f"ce-{a}")}
+    missing = [a for a in REQUIRED if not headers.get(f"ce-{a}", "").strip()]
+    if missing:
+        names = ", ".join(f"'{a}' (header ce-{a})" for a in missing)
+        raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
+                       known)
+    _check_specversion(headers["ce-specversion"], known)
+    ce = _sdk_parse(headers, body, known, {k[3:]: v for k, v in headers.items()
+                                           if k.startswith("ce-")})
+    data = ce.get_data()
+    given = ce.get_datacontenttype()
+    if isinstance(data, str | bytes) and _JSON_TYPE.match(given or _FORMAT.DEFAULT_CONTENT_TYPE):
+        # The SDK falls back to the raw text when JSON parsing fails; only a body that
+        # is itself a JSON string is legitimately a str here.
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            why = (f"datacontenttype is {given!r}" if given
+                   else "no Content-Type was given, so JSON is assumed")
+            raise BadEvent(400, f"data is not valid JSON ({why}): {exc}", known) from None
+    return _to_event(ce, data, known)
+
+
+def _structured(headers: dict[str, str], body: bytes) -> Event:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadEvent(400, f"structured-mode body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadEvent(400, f"structured-mode body must be a JSON object with the event's "
+                            f"attributes, got {type(doc).__name__}")
+    known = {a: doc[a] for a in ("id", "type") if isinstance(doc.get(a), str) and doc[a]}
+    missing = [a for a in REQUIRED if doc.get(a) in (None, "")]
+    if missing:
+        names = ", ".join(f"'{a}'" for a in missing)
+        raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
+                       known)
+    _check_specversion(doc["specversion"], known)
+    ce = _sdk_parse(headers, body, known, doc)
+    data = ce.get_data()
+    content_type = ce.get_datacontenttype() or JSONFormat.DEFAULT_CONTENT_TYPE
+    if isinstance(data, bytes) and _JSON_TYPE.match(content_type):  # came as data_base64
+        try:
+            data = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadEvent(400, f"data_base64 is not valid JSON although datacontenttype is "
+                                f"{content_type!r}: {exc}", known) from None
+    return _to_event(ce, data, known)
+
+
+def _check_specversion(value: Any, known: dict[str, Any]) -> None:
+    if value != SPECVERSION:
+        raise BadEvent(400, f"unsupported specversion {value!r}: this router accepts "
+                            f"CloudEvents {SPECVERSION}", known)
+
+
+def _sdk_parse(headers: dict[str, str], body: bytes, known: dict[str, Any],
+               attrs: Mapping[str, Any]) -> CloudEvent:
+    try:
+        event = from_http(HTTPMessage(headers=headers, body=body), _FORMAT, CloudEvent)
+    except BaseCloudEventException as exc:
+        raise BadEvent(400, f"invalid CloudEvent: {exc}", known) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        time = attrs.get("time")
+        if time is not None and not _is_timestamp(time):
+            raise BadEvent(400, f"attribute 'time' is not an RFC 3339 timestamp: {time!r}",
+                           known) from None
+        raise BadEvent(400, f"invalid CloudEvent: {exc}", known) from None
+    assert isinstance(event, CloudEvent)
+    return event
+
+
+def _is_timestamp(value: Any) -> bool:
+    try:
+        isoparse(value)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+def _to_event(ce: CloudEvent, data: Any, known: dict[str, Any]) -> Event:
+    attributes = ce.get_attributes()
+    time = ce.get_time()
+    event = Event(
+        id=ce.get_id(), type=ce.get_type(), source=ce.get_source(), data=data,
+        subject=ce.get_subject(),
+        time=_iso(time) if time is not None else None,
+        extensions={k: str(v) for k, v in attributes.items() if k not in CORE},
+    )
+    if event.type.startswith((RESOURCE_PREFIX, REF_PREFIX)):
+        _check_kube_data(event, known)
+    return event
+
+
+def _iso(time: datetime) -> str:
+    text = time.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
+    """A Kubernetes event must say which object it is about, or no handler can be chosen."""
+    data = event.data
+    if not isinstance(data, dict):
+        what = "no data" if data is None else f"{type(data).__name__} data"
+        raise BadEvent(400, f"a {event.type} event needs a JSON object as data (the "
+                            f"Kubernetes object, or an ObjectReference in Reference mode), "
+                            f"got {what}", known)
+    if event.type.startswith(RESOURCE_PREFIX):
+        meta = data.get("metadata")
+        missing = [f for f in ("apiVersion", "kind") if not _nonempty_str(data.get(f))]
+        if not isinstance(meta, dict) or not _nonempty_str(meta.get("name")):
+            missing.append("metadata.name")
+        if missing:
+            raise BadEvent(400, f"Resource-mode data is not a Kubernetes object: missing "
+                                f"{', '.join(missing)}", known)
+    elif event.ref is None:
+        missing = [f for f, ext in (("apiVersion", "apiversion"), ("kind", "kind"),
+                                    ("name", "name"))
+                   if not data.get(f) and not event.extensions.get(ext)]
+        raise BadEvent(400, f"Reference-mode data must name the object: missing "
+                            f"{', '.join(missing)}", known)
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)

@@ -200,6 +200,9 @@ class Kube:
             if buf.strip():
                 yield buf
         finally:
+            # Close before releasing: a watch left early still has a stream in flight, and a
+            # pooled connection with unread data would corrupt the next request made on it.
+            resp.close()
             resp.release_conn()
 
     # -- writes ----------------------------------------------------------------------

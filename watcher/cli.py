@@ -1,0 +1,278 @@
+"""``python -m watcher``: run, record, replay, emit.
+
+Every flag has an environment variable (shown in ``--help``) so the same image is configured
+by a Deployment's ``env``; the sink follows the SinkBinding convention, ``K_SINK``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from kube import Kube, KubeError
+from watcher.cloudevent import simple_event, to_cloudevent
+from watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
+from watcher.watch import (
+    DEFAULT_RESOURCES,
+    ResourceSpec,
+    Watcher,
+    WatchSettings,
+    parse_resources,
+    resolve,
+)
+
+log = logging.getLogger("eventop.watcher")
+
+
+def _flag(parser: argparse.ArgumentParser, flag: str, env: str, default: Any, help_: str,
+          type_: Any = str) -> None:
+    # argparse applies ``type`` to a string default, so an environment value is checked too.
+    parser.add_argument(flag, default=os.environ.get(env, default), type=type_,
+                        help=f"{help_} [env {env}; default {default}]")
+
+
+def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = False) -> None:
+    if sink:
+        _flag(p, "--sink", "K_SINK", None, "URL the CloudEvents are posted to")
+    if kube:
+        _flag(p, "--kube-url", "EVENTOP_KUBE_URL", None,
+              "plain-HTTP API server URL (e.g. the local one); otherwise kubeconfig/in-cluster")
+        _flag(p, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file")
+        _flag(p, "--context", "EVENTOP_KUBE_CONTEXT", None, "kubeconfig context")
+    _flag(p, "--sink-timeout", "EVENTOP_SINK_TIMEOUT_SECONDS", 30.0,
+          "seconds to wait for the sink's answer before retrying (a hanging sink)", float)
+    _flag(p, "--backoff-base", "EVENTOP_BACKOFF_BASE_SECONDS", 0.5,
+          "first retry delay; doubles each attempt, with jitter", float)
+    _flag(p, "--backoff-max", "EVENTOP_BACKOFF_MAX_SECONDS", 60.0, "longest retry delay", float)
+    _flag(p, "--log-level", "EVENTOP_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m watcher",
+        description="Kubernetes watch events as CloudEvents (Knative ApiServerSource, "
+                    "Resource mode), posted to the eventop router.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run", help="list+watch resources and post every change",
+        description="List and watch the configured resources forever and post each change as "
+                    "a CloudEvent. Resources are written [group/]version/plural[@namespace]"
+                    "[:label-selector], separated by spaces. Default: "
+                    + " ".join(DEFAULT_RESOURCES))
+    _add_common(run, kube=True)
+    run.add_argument("--resource", action="append", default=None, metavar="RESOURCE",
+                     help="a resource to watch (repeatable); replaces the default set")
+    _flag(run, "--resources", "EVENTOP_RESOURCES", " ".join(DEFAULT_RESOURCES),
+          "space-separated resources to watch")
+    _flag(run, "--resync-seconds", "EVENTOP_RESYNC_SECONDS", 300.0,
+          "full resync period: every object is sent again as an update (0: never)", float)
+    _flag(run, "--watch-timeout", "EVENTOP_WATCH_TIMEOUT_SECONDS", 300,
+          "server-side timeout of one watch request (it is then resumed)", int)
+    _flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 120.0,
+          "a watch silent for this long (no event, no bookmark) is considered hung", float)
+    _flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", int)
+    _flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
+          "parallel deliveries (events of one object are always sent one after another)", int)
+    _flag(run, "--queue-size", "EVENTOP_QUEUE_SIZE", 1000,
+          "events buffered before the watch stops reading (back-pressure)", int)
+    _flag(run, "--source", "EVENTOP_SOURCE", None,
+          "CloudEvent source attribute (default: the API server URL)")
+    _flag(run, "--metrics-port", "EVENTOP_METRICS_PORT",
+          9090 if os.environ.get("KUBERNETES_SERVICE_HOST") else 0,
+          "port of the Prometheus /metrics endpoint (0: off; default 9090 in a cluster)", int)
+    _flag(run, "--drain-seconds", "EVENTOP_DRAIN_SECONDS", 20.0,
+          "on SIGTERM, how long to keep delivering queued events before exiting", float)
+
+    rec = sub.add_parser("record", help="save a live LIST + watch in the shared/recordings "
+                                        "format (one .list.json and one .watch.jsonl each)")
+    rec.add_argument("out", type=Path, help="output directory (created)")
+    rec.add_argument("--resource", action="append", required=True, metavar="RESOURCE",
+                     help="[group/]version/plural[@namespace][:selector] (repeatable)")
+    rec.add_argument("--seconds", type=int, default=60, help="how long to watch [60]")
+    _add_common(rec, sink=False, kube=True)
+
+    rep = sub.add_parser("replay", help="post a recording as the CloudEvents the live watcher "
+                                        "would have sent (same ids), in order")
+    rep.add_argument("paths", nargs="+", type=Path, help="recording directories or files")
+    _flag(rep, "--source", "EVENTOP_SOURCE", "eventop-replay", "CloudEvent source attribute")
+    _flag(rep, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
+          "attempts per event on transient failures (0: forever)", int)
+    _add_common(rep)
+
+    emit = sub.add_parser("emit", help="post one CloudEvent (the CronJob's rate refresh)")
+    emit.add_argument("type", help="CloudEvent type, e.g. dev.eventop.exchangerates.refresh")
+    emit.add_argument("--data", default=None, help="JSON data of the event")
+    emit.add_argument("--id", default=None, help="event id (default: a random UUID)")
+    _flag(emit, "--source", "EVENTOP_SOURCE", "eventop-emit", "CloudEvent source attribute")
+    _flag(emit, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
+          "attempts on transient failures (0: forever)", int)
+    _add_common(emit)
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    from router.logs import configure  # the same JSON lines as the router
+
+    configure(level, force=True)
+
+
+def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
+    return RetryPolicy(Backoff(args.backoff_base, args.backoff_max),
+                       (5.0, args.sink_timeout), max_attempts)
+
+
+def _need_sink(args: argparse.Namespace) -> str:
+    if not args.sink:
+        raise SystemExit("no sink: pass --sink URL or set K_SINK (the router's URL)")
+    return str(args.sink)
+
+
+def _connect(args: argparse.Namespace) -> Kube:
+    try:
+        return Kube.connect(kubeconfig=args.kubeconfig, context=args.context, url=args.kube_url)
+    except KubeError as exc:
+        raise SystemExit(f"cannot reach Kubernetes: {exc}") from exc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sink = _need_sink(args)
+    specs = ([ResourceSpec.parse(r) for r in args.resource] if args.resource
+             else parse_resources(args.resources))
+    kube = _connect(args)
+    settings = WatchSettings(watch_timeout=args.watch_timeout, read_timeout=args.read_timeout,
+                             resync_seconds=args.resync_seconds, page_size=args.page_size,
+                             backoff=Backoff(args.backoff_base, args.backoff_max))
+    deliverer = Deliverer(sink, lanes=args.max_in_flight, queue_size=args.queue_size,
+                          policy=_policy(args))
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    watcher = Watcher(kube, specs, deliverer, settings=settings, source=args.source)
+    log.info("watching %s on %s, posting to %s", " ".join(map(str, specs)), kube.host, sink,
+             extra={"fields": {"resources": [str(s) for s in specs], "sink": sink}})
+    watcher.start()
+    stop.wait()
+    log.info("stopping: delivering queued events for up to %.0fs", args.drain_seconds)
+    left = watcher.stop(args.drain_seconds)
+    return 0 if left == 0 else 1
+
+
+def _file_stem(path: str) -> str:
+    return path.strip("/").replace("/", "_")
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """LIST then watch each resource for ``--seconds``, saving what the server sent verbatim."""
+    kube = _connect(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    specs = [ResourceSpec.parse(r) for r in args.resource]
+    threads = []
+    counts: dict[str, int] = {}
+    for spec in specs:
+        res = resolve(kube, spec)
+        stem = _file_stem(res.path(spec.namespace))
+        selector = [("labelSelector", spec.label_selector)] if spec.label_selector else []
+        items, rv, cont = [], "", ""
+        doc: dict[str, Any] = {}
+        while True:
+            query: list[tuple[str, Any]] = [("limit", 500), *selector]
+            if cont:
+                query.append(("continue", cont))
+            doc = kube.request("GET", res.path(spec.namespace), verb="list", query=query)
+            items.extend(doc.get("items") or [])
+            cont = (doc.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+                break
+        doc["items"] = items
+        (args.out / f"{stem}.list.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+        def watch(spec: ResourceSpec = spec, stem: str = stem, rv: str = rv,
+                  selector: list[tuple[str, Any]] = selector) -> None:
+            n = 0
+            deadline = time.monotonic() + args.seconds
+            with open(args.out / f"{stem}.watch.jsonl", "wb") as fh:
+                while (left := deadline - time.monotonic()) > 1:
+                    query = [("resourceVersion", rv), ("allowWatchBookmarks", "true"),
+                             ("timeoutSeconds", int(left)), *selector]
+                    try:
+                        for line in kube.iter_watch(resolve(kube, spec), spec.namespace, query,
+                                                    (5.0, left + 10)):
+                            fh.write(line + b"\n")
+                            fh.flush()
+                            n += 1
+                            obj = json.loads(line).get("object") or {}
+                            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    except Exception as exc:  # keep what was recorded; the caller sees the log
+                        log.error("recording %s stopped early: %s", spec, exc)
+                        break
+            counts[str(spec)] = n
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    for spec in specs:
+        print(f"{spec}: {counts.get(str(spec), 0)} watch lines")
+    return 0
+
+
+def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[int, int]:
+    accepted = 0
+    with requests.Session() as session:
+        for item in items:
+            if post(session, sink, item, policy).ok:
+                accepted += 1
+    return accepted, len(items)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from watcher.recording import load_recording
+
+    sink = _need_sink(args)
+    items = [Outgoing.of(to_cloudevent(change, obj, args.source))
+             for change, obj in load_recording(args.paths)]
+    accepted, total = _post_all(sink, items, _policy(args, args.max_attempts))
+    print(f"{accepted} of {total} events accepted by {sink}")
+    return 0 if accepted == total else 1
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    sink = _need_sink(args)
+    try:
+        data = json.loads(args.data) if args.data is not None else None
+    except ValueError as exc:
+        raise SystemExit(f"--data is not valid JSON: {exc}") from exc
+    event = simple_event(args.type, args.source, data, args.id)
+    accepted, _ = _post_all(sink, [Outgoing.of(event)], _policy(args, args.max_attempts))
+    print(f"event {event.get_id()} ({args.type}) "
+          f"{'accepted' if accepted else 'NOT accepted'} by {sink}")
+    return 0 if accepted else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.log_level)
+    command = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "emit": cmd_emit}
+    return command[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,103 @@
-"""(being built)"""
+"""CopyRule: keep ConfigMaps or Secrets copied into namespaces (replaces "Copyrator").
+
+Four handlers, each turning one kind of event into a reconcile of the smallest scope that
+event can have changed (see :mod:`handlers.copy_rules.reconcile`):
+
+* CopyRule added/changed (and every periodic resync): the whole rule, pruning copies that
+  no longer match. Deleted: nothing to do; the copies carry ownerReferences to the rule, so
+  the garbage collector removes them (and ``--cascade=orphan`` keeps them, as the user asked).
+* Namespace added/relabelled: copies created or removed in that namespace only. Terminating
+  or deleted namespaces: nothing (their contents go with them).
+* ConfigMap/Secret added/changed/deleted in a source namespace: that source's copies
+  everywhere. Anywhere else: that one name in that one namespace, which restores a copy
+  edited or deleted by hand and notices an object of ours taken over (a conflict).
+
+The event only says *where to look*: objects, Secret contents above all, are read from the
+API server, so a forged or stale event can at most cause one more reconcile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from handlers.copy_rules.desired import API_VERSION, KIND, SpecError, rule_kind, source_namespaces
+from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile
+from handlers.events import Event
+from handlers.registry import on
+
+ANY_KUBE_EVENT = "dev.knative.apiserver.*"  # Resource and Reference mode, add/update/delete
+
+
+@on(ANY_KUBE_EVENT, api_version=API_VERSION, kind=KIND)
+def on_copy_rule(event: Event, kube: Any) -> str:
+    """Reconcile the whole rule as it is now (the event body may be stale)."""
+    ref = event.ref
+    if ref is None:
+        return "ignored: event names no CopyRule"
+    rule = kube.get_or_none(API_VERSION, KIND, ref.name)
+    if rule is None:
+        return (f"CopyRule {ref.name} is gone: its copies are removed by the garbage "
+                "collector through their ownerReferences")
+    if rule["metadata"].get("deletionTimestamp"):
+        return f"CopyRule {ref.name} is being deleted: leaving its copies to the garbage collector"
+    return reconcile(kube, rule, Scope()).summary()
+
+
+@on(ANY_KUBE_EVENT, api_version="v1", kind="Namespace")
+def on_namespace(event: Event, kube: Any) -> str:
+    """A namespace appeared or was relabelled: converge every rule's copies in it alone."""
+    ref = event.ref
+    if ref is None:
+        return "ignored: event names no Namespace"
+    if event.change == "delete":
+        return f"namespace {ref.name} deleted: its copies went with it"
+    reads = Reads(kube)
+    namespace = reads.namespace(ref.name)
+    if namespace is None:
+        return f"namespace {ref.name} is gone"
+    if namespace["metadata"].get("deletionTimestamp") or \
+            (namespace.get("status") or {}).get("phase") == "Terminating":
+        return f"namespace {ref.name} is terminating: skipped"
+    return _each_rule(kube, list_rules(kube), lambda rule: Scope(namespace=ref.name), reads)
+
+
+@on(ANY_KUBE_EVENT, api_version="v1", kind="ConfigMap")
+@on(ANY_KUBE_EVENT, api_version="v1", kind="Secret")
+def on_config_object(event: Event, kube: Any) -> str:
+    """A ConfigMap/Secret changed: as a possible source, converge its copies everywhere; as a
+    possible copy (or an object at a copy's name), converge that one slot."""
+    ref = event.ref
+    if ref is None or not ref.namespace:
+        return "ignored: event names no namespaced object"
+    rules = [r for r in list_rules(kube) if _rule_kind_or_none(r) == ref.kind]
+
+    def scope_for(rule: Any) -> Scope:
+        if ref.namespace in source_namespaces(rule):
+            return Scope(name=ref.name)
+        return Scope(name=ref.name, namespace=ref.namespace)
+
+    return _each_rule(kube, rules, scope_for, Reads(kube))
+
+
+def _rule_kind_or_none(rule: Any) -> str | None:
+    try:
+        return rule_kind(rule)
+    except SpecError:
+        return None
+
+
+def _each_rule(kube: Any, rules: list[Any], scope_for: Any, reads: Reads) -> str:
+    """Reconcile each rule in its scope. A rule with an invalid spec is skipped (its status
+    says why; its own events report it), the others still converge; API unavailability
+    propagates so the event is redelivered."""
+    if not rules:
+        return "no CopyRules"
+    done = []
+    for rule in rules:
+        if rule["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            done.append(reconcile(kube, rule, scope_for(rule), reads).summary())
+        except SpecError as exc:
+            done.append(f"{rule['metadata']['name']}: invalid spec: {exc}")
+    return "; ".join(done)

@@ -1,0 +1,336 @@
+"""What a CopyRule asks for, as pure functions over plain dicts (no I/O, easy to test).
+
+The reconciler reads sources, namespaces and existing objects from the API server, asks
+these functions what the cluster should hold, and writes only the difference.
+
+Ownership rule (who may eventop touch?): an object is a copy *managed by a rule* only if
+it carries an ownerReference to that very CopyRule (same uid). Labels are for finding copies
+with one label-selector list; they are not proof of ownership, because anyone who can edit
+ConfigMaps in a namespace can write any label (the recorded hand-made
+``team-a/registry-config`` carries ``app.kubernetes.io/managed-by=eventop`` and nothing
+else: it is *not* managed, so it is reported as a conflict and left alone). An ownerReference
+names the rule's uid, which a namespace user cannot guess without read access to the
+cluster-scoped rule, and it is exactly what makes the garbage collector delete the copy with
+the rule; so "owned by the rule" and "deleted with the rule" are the same set. Removing the
+ownerReference from a copy (or ``kubectl delete copyrule --cascade=orphan``) is how a user
+takes a copy over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kube.objects import content_hash, owner_reference, selector_matches
+
+Obj = dict[str, Any]
+
+GROUP = "eventop.dev"
+API_VERSION = "eventop.dev/v1"
+KIND = "CopyRule"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "eventop"
+RULE_LABEL = "eventop.dev/copy-rule"
+SOURCE_NS_LABEL = "eventop.dev/source-namespace"
+RULE_ANNOTATION = "eventop.dev/copy-rule"
+SOURCE_ANNOTATION = "eventop.dev/source"
+HASH_ANNOTATION = "eventop.dev/content-hash"
+
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+KIND_BY_RULE_TYPE = {"configmap": "ConfigMap", "secret": "Secret"}
+PAYLOAD_FIELDS = ("data", "binaryData", "type", "immutable")
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """The rule's spec can not be acted on; the message tells the user what to fix."""
+
+
+def label_value(name: str) -> str:
+    """``name`` as a label value: itself if it fits (<= 63 chars), else a stable shortened form.
+
+    Rule names may be up to 253 characters, label values only 63; the shortened form keeps a
+    readable prefix and a hash so two long names never collide.
+    """
+    if len(name) <= 63 and _LABEL_VALUE.match(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[:46].rstrip("-_.")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def rule_kind(rule: Obj) -> str:
+    """``ConfigMap`` or ``Secret`` for a rule's ``spec.ruleType``."""
+    rule_type = ((rule.get("spec") or {}).get("ruleType") or "").lower()
+    try:
+        return KIND_BY_RULE_TYPE[rule_type]
+    except KeyError:
+        raise SpecError(f"spec.ruleType must be 'configmap' or 'secret', got {rule_type!r}") \
+            from None
+
+
+def source_namespaces(rule: Obj) -> list[str]:
+    """Source namespaces in spec order, without duplicates (earlier ones win name clashes)."""
+    seen: dict[str, None] = {}
+    for ns in (rule.get("spec") or {}).get("namespaces") or []:
+        seen.setdefault(str(ns), None)
+    if not seen:
+        raise SpecError("spec.namespaces must name at least one source namespace")
+    return list(seen)
+
+
+def rule_selector(rule: Obj) -> Obj:
+    return dict((rule.get("spec") or {}).get("selector") or {})
+
+
+def rule_label_value(rule: Obj) -> str:
+    return label_value(rule["metadata"]["name"])
+
+
+def copies_selector(rule: Obj) -> str:
+    """Label selector listing every copy of a rule in one request (all namespaces)."""
+    return f"{RULE_LABEL}={rule_label_value(rule)}"
+
+
+def is_terminating(namespace: Obj) -> bool:
+    meta = namespace.get("metadata") or {}
+    phase = (namespace.get("status") or {}).get("phase")
+    return bool(meta.get("deletionTimestamp")) or phase == "Terminating"
+
+
+def owned_by(obj: Obj, rule: Obj) -> bool:
+    """The ownership rule (module docstring): an ownerReference to this rule's uid."""
+    uid = (rule.get("metadata") or {}).get("uid")
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+
+
+def is_copy(obj: Obj) -> bool:
+    """Any CopyRule's copy (owned by some CopyRule): never itself a source, so no copy loops."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP + "/")
+               for ref in refs)
+
+
+def is_source(rule: Obj, obj: Obj) -> bool:
+    """Does ``obj`` (a ConfigMap or Secret as read from the API server) feed this rule?"""
+    meta = obj.get("metadata") or {}
+    if obj.get("kind") != rule_kind(rule) or meta.get("namespace") not in source_namespaces(rule):
+        return False
+    if meta.get("deletionTimestamp") or is_copy(obj):
+        return False
+    if obj.get("kind") == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
+        return False  # a token is bound to its ServiceAccount: copying it leaks credentials
+    try:
+        return selector_matches(rule_selector(rule), meta.get("labels"))
+    except ValueError as exc:
+        raise SpecError(f"spec.selector: {exc}") from None
+
+
+def is_target(rule: Obj, namespace: Obj) -> bool:
+    """Is this namespace a target of the rule (for sources in other namespaces)?
+
+    Default: every Active namespace except the system ones. ``targetNamespaces.names`` and
+    ``targetNamespaces.selector`` narrow that: a namespace is a target if it is named, or
+    matches the selector (either suffices when both are given). System namespaces are
+    targets only when named explicitly. Terminating namespaces never are.
+    """
+    meta = namespace.get("metadata") or {}
+    name = meta.get("name")
+    if not name or is_terminating(namespace):
+        return False
+    targets = (rule.get("spec") or {}).get("targetNamespaces") or {}
+    names = targets.get("names")
+    selector = targets.get("selector")
+    if names and name in names:
+        return True
+    if name in SYSTEM_NAMESPACES:
+        return False
+    if selector is not None:
+        try:
+            return selector_matches(selector, meta.get("labels"))
+        except ValueError as exc:
+            raise SpecError(f"spec.targetNamespaces.selector: {exc}") from None
+    return not names
+
+
+def payload(obj: Obj) -> Obj:
+    """The copied content: data, binaryData, type, immutable (absent/empty fields omitted)."""
+    out: Obj = {}
+    for field in PAYLOAD_FIELDS:
+        value = obj.get(field)
+        if value in (None, {}, ""):
+            continue
+        if field == "immutable" and value is False:
+            continue
+        if field == "type" and value == "Opaque":
+            continue  # the API server's default: a copy without type reads back as Opaque
+        out[field] = value
+    return out
+
+
+def source_hash(source: Obj) -> str:
+    """Hash of a source's payload; written on each copy so humans (and `kubectl get -L`)
+    can see which version of the source a copy holds."""
+    return content_hash(payload(source))
+
+
+def source_key(source: Obj) -> str:
+    meta = source["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def desired_copy(rule: Obj, source: Obj, namespace: str) -> Obj:
+    """The copy of ``source`` in ``namespace`` exactly as eventop server-side applies it.
+
+    Only the payload travels: the source's labels, annotations, ownerReferences and all
+    server-managed metadata stay behind (a copy carrying the source's labels could match a
+    selector and be copied again).
+    """
+    meta = source["metadata"]
+    rule_name = rule["metadata"]["name"]
+    obj: Obj = {
+        "apiVersion": "v1",
+        "kind": source["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                RULE_LABEL: label_value(rule_name),
+                SOURCE_NS_LABEL: meta["namespace"],
+            },
+            "annotations": {
+                RULE_ANNOTATION: rule_name,
+                SOURCE_ANNOTATION: source_key(source),
+                HASH_ANNOTATION: source_hash(source),
+            },
+            "ownerReferences": [owner_reference(rule)],
+        },
+    }
+    obj.update(payload(source))
+    return obj
+
+
+def managed_view(obj: Obj) -> Obj:
+    """What eventop sets on a copy, read back from any object: compare two of these to know
+    whether a write is needed. Computed from the object's actual content, never trusting
+    its hash annotation (a hand edit keeps the annotation but changes the data)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return {
+        "payload": payload(obj),
+        "labels": {k: labels.get(k) for k in (MANAGED_BY_LABEL, RULE_LABEL, SOURCE_NS_LABEL)},
+        "annotations": {k: annotations.get(k)
+                        for k in (RULE_ANNOTATION, SOURCE_ANNOTATION, HASH_ANNOTATION)},
+        "owners": sorted(str(r.get("uid")) for r in meta.get("ownerReferences") or []
+                         if r.get("kind") == KIND),
+    }
+
+
+def in_sync(existing: Obj, desired: Obj) -> bool:
+    return managed_view(existing) == managed_view(desired)
+
+
+def needs_recreate(existing: Obj, desired: Obj) -> bool:
+    """An immutable copy, or a Secret whose type changed, can only be replaced by delete+create."""
+    if payload(existing) == payload(desired):
+        return False
+    if existing.get("immutable"):
+        return True
+    return existing.get("kind") == "Secret" and \
+        (existing.get("type") or "Opaque") != (desired.get("type") or "Opaque")
+
+
+def winning_sources(rule: Obj, sources: Iterable[Obj]) -> dict[str, Obj]:
+    """Sources by name. Two source namespaces holding the same name would fight over one
+    target slot: the namespace listed first in ``spec.namespaces`` wins, deterministically,
+    so every replica and every run picks the same one."""
+    order = {ns: i for i, ns in enumerate(source_namespaces(rule))}
+    best: dict[str, Obj] = {}
+    for src in sources:
+        meta = src["metadata"]
+        current = best.get(meta["name"])
+        if current is None or order[meta["namespace"]] < order[current["metadata"]["namespace"]]:
+            best[meta["name"]] = src
+    return best
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one copy lives: (namespace, name)."""
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def desired_copies(rule: Obj, sources: Iterable[Obj],
+                   namespaces: Iterable[Obj]) -> dict[Slot, Obj]:
+    """Every copy the rule asks for, given its sources and candidate target namespaces."""
+    targets = [ns["metadata"]["name"] for ns in namespaces if is_target(rule, ns)]
+    result: dict[Slot, Obj] = {}
+    for name, src in sorted(winning_sources(rule, sources).items()):
+        src_ns = src["metadata"]["namespace"]
+        for target in targets:
+            if target != src_ns:
+                result[Slot(target, name)] = desired_copy(rule, src, target)
+    return result
+
+
+@dataclass
+class Plan:
+    """The difference between what the rule asks for and what exists."""
+    create: list[Obj]            # nothing at the slot: apply
+    update: list[Obj]            # our copy differs: apply
+    recreate: list[tuple[Obj, Obj]]  # (existing, desired): immutable/type change
+    delete: list[Obj]            # our copy no longer wanted
+    conflicts: list[Slot]        # something we do not own sits at a wanted slot
+    in_sync: list[Slot]
+
+    @property
+    def writes(self) -> int:
+        return len(self.create) + len(self.update) + 2 * len(self.recreate) + len(self.delete)
+
+
+def plan(rule: Obj, desired: Mapping[Slot, Obj], existing: Mapping[Slot, Obj],
+         prunable: Iterable[Obj] = ()) -> Plan:
+    """Compare desired copies with the existing objects at their slots.
+
+    ``existing`` maps slots to whatever object is there (ours or not); ``prunable`` are
+    further objects found in scope (e.g. by the copies' label) that are deleted when the
+    rule owns them and no longer wants them. Objects not owned by the rule are never
+    planned for a write.
+    """
+    result = Plan([], [], [], [], [], [])
+    for slot, want in desired.items():
+        have = existing.get(slot)
+        if have is None:
+            result.create.append(want)
+        elif not owned_by(have, rule):
+            result.conflicts.append(slot)
+        elif in_sync(have, want):
+            result.in_sync.append(slot)
+        elif needs_recreate(have, want):
+            result.recreate.append((have, want))
+        else:
+            result.update.append(want)
+    seen: set[str] = set()
+    for obj in [*existing.values(), *prunable]:
+        meta = obj["metadata"]
+        slot = Slot(meta["namespace"], meta["name"])
+        uid = str(meta.get("uid"))
+        if slot in desired or uid in seen or not owned_by(obj, rule):
+            continue
+        seen.add(uid)
+        if not meta.get("deletionTimestamp"):
+            result.delete.append(obj)
+    return result

@@ -1,0 +1,208 @@
+"""The pure functions that decide what a CopyRule asks for (no API server involved)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from handlers.copy_rules import desired as d
+from handlers.copy_rules.desired import Slot
+
+Obj = dict[str, Any]
+
+
+def rule(name: str = "main-rule", rule_type: str = "configmap", namespaces: Any = ("default",),
+         selector: Obj | None = None, targets: Obj | None = None, uid: str = "rule-uid") -> Obj:
+    spec: Obj = {"ruleType": rule_type, "namespaces": list(namespaces),
+                 "selector": selector if selector is not None else
+                 {"matchLabels": {"copyrator": "true"}}}
+    if targets is not None:
+        spec["targetNamespaces"] = targets
+    return {"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+            "metadata": {"name": name, "uid": uid, "generation": 1}, "spec": spec}
+
+
+def ns(name: str, labels: Obj | None = None, phase: str = "Active") -> Obj:
+    meta: Obj = {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}}
+    if phase == "Terminating":
+        meta["deletionTimestamp"] = "2026-11-21T07:41:01Z"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta, "status": {"phase": phase}}
+
+
+def cm(name: str, namespace: str = "default", data: Obj | None = None,
+       labels: Obj | None = None, **extra: Any) -> Obj:
+    obj: Obj = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}-{name}",
+                             "resourceVersion": "7", "creationTimestamp": "2026-11-21T07:40:58Z",
+                             "labels": {"copyrator": "true"} if labels is None else labels,
+                             "managedFields": [{"manager": "kubectl-create"}]},
+                "data": {"mirror": "mirror.internal:5000"} if data is None else data}
+    obj.update(extra)
+    return obj
+
+
+def secret(name: str, type_: str = "kubernetes.io/dockerconfigjson",
+           namespace: str = "default") -> Obj:
+    return {"apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": {"name": name, "namespace": namespace, "labels": {"copyrator": "true"}},
+            "data": {".dockerconfigjson": "e30="}}
+
+
+CLUSTER = [ns("default"), ns("kube-system"), ns("kube-public"), ns("kube-node-lease"),
+           ns("team-a", {"tier": "apps"}), ns("team-b"), ns("gone", phase="Terminating")]
+
+
+def test_default_targets_are_active_non_system_namespaces_except_the_sources_own() -> None:
+    wanted = d.desired_copies(rule(), [cm("registry-config")], CLUSTER)
+    assert sorted(map(str, wanted)) == ["team-a/registry-config", "team-b/registry-config"]
+
+
+def test_target_names_and_selector_each_add_namespaces() -> None:
+    by_names = rule(targets={"names": ["team-b", "kube-system"]})
+    by_selector = rule(targets={"selector": {"matchLabels": {"tier": "apps"}}})
+    both = rule(targets={"names": ["team-b"], "selector": {"matchLabels": {"tier": "apps"}}})
+    src = [cm("x")]
+    assert {s.namespace for s in d.desired_copies(by_names, src, CLUSTER)} == \
+        {"team-b", "kube-system"}  # a system namespace named explicitly is a target
+    assert {s.namespace for s in d.desired_copies(by_selector, src, CLUSTER)} == {"team-a"}
+    assert {s.namespace for s in d.desired_copies(both, src, CLUSTER)} == {"team-a", "team-b"}
+
+
+def test_selector_matching_everything_still_skips_system_and_terminating_namespaces() -> None:
+    everything = rule(targets={"selector": {}})
+    assert {s.namespace for s in d.desired_copies(everything, [cm("x")], CLUSTER)} == \
+        {"team-a", "team-b"}
+
+
+def test_copy_keeps_payload_and_drops_source_metadata() -> None:
+    source = cm("registry-config", binaryData={"blob": "AAE="}, immutable=True)
+    source["metadata"]["ownerReferences"] = [{"kind": "Deployment", "uid": "x"}]
+    source["metadata"]["annotations"] = {"team": "platform"}
+    copy = d.desired_copy(rule(), source, "team-a")
+    meta = copy["metadata"]
+    assert copy["data"] == source["data"] and copy["binaryData"] == {"blob": "AAE="}
+    assert copy["immutable"] is True
+    assert set(meta) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
+    assert meta["ownerReferences"] == [{
+        "apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": "main-rule",
+        "uid": "rule-uid", "controller": True, "blockOwnerDeletion": True}]
+    assert meta["labels"] == {"app.kubernetes.io/managed-by": "eventop",
+                              "eventop.dev/copy-rule": "main-rule",
+                              "eventop.dev/source-namespace": "default"}
+    assert "copyrator" not in meta["labels"]  # a copy must never match the rule's selector
+    assert meta["annotations"]["eventop.dev/source"] == "default/registry-config"
+    assert meta["annotations"]["eventop.dev/content-hash"] == d.source_hash(source)
+
+
+def test_secret_copy_keeps_its_type_and_token_secrets_are_never_sources() -> None:
+    r = rule(rule_type="secret")
+    assert d.desired_copy(r, secret("regcred"), "team-a")["type"] == \
+        "kubernetes.io/dockerconfigjson"
+    assert d.is_source(r, secret("regcred"))
+    assert not d.is_source(r, secret("builder-token", "kubernetes.io/service-account-token"))
+
+
+def test_sources_must_match_kind_namespace_and_selector_and_not_be_copies() -> None:
+    r = rule()
+    assert d.is_source(r, cm("a"))
+    assert not d.is_source(r, cm("a", labels={}))
+    assert not d.is_source(r, cm("a", namespace="team-a"))
+    assert not d.is_source(rule(rule_type="secret"), cm("a"))
+    copy = d.desired_copy(rule(name="other", uid="other-uid"), cm("a"), "default")
+    copy["metadata"]["labels"]["copyrator"] = "true"
+    assert not d.is_source(r, copy)
+
+
+def test_match_expressions_select_sources() -> None:
+    r = rule(selector={"matchExpressions": [{"key": "env", "operator": "In",
+                                             "values": ["prod", "stage"]}]})
+    assert d.is_source(r, cm("a", labels={"env": "prod"}))
+    assert not d.is_source(r, cm("a", labels={"env": "dev"}))
+
+
+def test_first_listed_source_namespace_wins_a_name_clash() -> None:
+    r = rule(namespaces=["shared", "default"])
+    wanted = d.desired_copies(r, [cm("x", "default", {"v": "1"}), cm("x", "shared", {"v": "2"})],
+                              [ns("shared"), ns("default"), ns("team-a")])
+    assert wanted[Slot("team-a", "x")]["data"] == {"v": "2"}
+    assert wanted[Slot("default", "x")]["data"] == {"v": "2"}  # default's own x: a conflict
+    assert Slot("shared", "x") not in wanted
+
+
+def test_only_an_owner_reference_to_the_rule_makes_an_object_ours() -> None:
+    r = rule()
+    forged = cm("registry-config", "team-a",
+                labels={"app.kubernetes.io/managed-by": "eventop",
+                        "eventop.dev/copy-rule": "main-rule"})
+    assert not d.owned_by(forged, r)
+    ours = d.desired_copy(r, cm("registry-config"), "team-a")
+    assert d.owned_by(ours, r)
+    assert not d.owned_by(ours, rule(uid="recreated-rule-uid"))
+
+
+def test_plan_creates_updates_prunes_and_never_touches_unowned_objects() -> None:
+    r = rule()
+    source = cm("registry-config", data={"mirror": "new"})
+    wanted = d.desired_copies(r, [source], [ns("team-a"), ns("team-b"), ns("team-c")])
+    stale = d.desired_copy(r, cm("registry-config", data={"mirror": "old"}), "team-b")
+    hand_made = cm("registry-config", "team-c", labels={"app.kubernetes.io/managed-by": "eventop"})
+    orphan = d.desired_copy(r, cm("retired"), "team-a")
+    not_ours = d.desired_copy(rule(name="other", uid="other-uid"), cm("retired"), "team-b")
+    for i, obj in enumerate([stale, orphan, not_ours]):
+        obj["metadata"]["uid"] = f"u{i}"
+    existing = {Slot("team-b", "registry-config"): stale,
+                Slot("team-c", "registry-config"): hand_made}
+    p = d.plan(r, wanted, existing, prunable=[stale, orphan, not_ours])
+    assert [str(d_["metadata"]["namespace"]) for d_ in p.create] == ["team-a"]
+    assert [u["metadata"]["namespace"] for u in p.update] == ["team-b"]
+    assert p.conflicts == [Slot("team-c", "registry-config")]
+    assert [x["metadata"]["uid"] for x in p.delete] == ["u1"]
+
+
+def test_plan_is_empty_when_everything_is_in_sync_even_with_server_metadata() -> None:
+    r = rule()
+    wanted = d.desired_copies(r, [cm("a")], [ns("team-a")])
+    server_view = {s: {**o, "metadata": {**o["metadata"], "uid": "x", "resourceVersion": "9",
+                                         "managedFields": [{"manager": "eventop"}],
+                                         "labels": {**o["metadata"]["labels"], "mine": "1"}}}
+                   for s, o in wanted.items()}
+    p = d.plan(r, wanted, server_view)
+    assert p.writes == 0 and p.in_sync == list(wanted)
+
+
+def test_hand_edit_that_keeps_the_hash_annotation_is_still_detected() -> None:
+    r = rule()
+    want = d.desired_copy(r, cm("a"), "team-a")
+    edited = {**want, "data": {"mirror": "evil"}}
+    assert not d.in_sync(edited, want)
+
+
+def test_immutable_copy_or_changed_secret_type_is_recreated() -> None:
+    r = rule()
+    old = d.desired_copy(r, cm("a", data={"v": "1"}, immutable=True), "team-a")
+    new = d.desired_copy(r, cm("a", data={"v": "2"}, immutable=True), "team-a")
+    assert d.needs_recreate(old, new)
+    assert not d.needs_recreate(old, old)
+    rs = rule(rule_type="secret")
+    opaque = d.desired_copy(rs, secret("s", "Opaque"), "team-a")
+    docker = d.desired_copy(rs, secret("s"), "team-a")
+    assert d.needs_recreate(opaque, docker)
+    mutable = d.desired_copy(r, cm("a", data={"v": "1"}), "team-a")
+    assert not d.needs_recreate(mutable, d.desired_copy(r, cm("a", data={"v": "2"}), "team-a"))
+
+
+def test_opaque_type_reads_back_equal_to_an_omitted_type() -> None:
+    assert d.payload({"type": "Opaque", "data": {"a": "b"}}) == d.payload({"data": {"a": "b"}})
+
+
+@pytest.mark.parametrize("name", ["a" * 63, "a" * 64, "x." * 100])
+def test_long_names_become_valid_distinct_label_values(name: str) -> None:
+    value = d.label_value(name)
+    assert len(value) <= 63 and d._LABEL_VALUE.match(value)
+    assert value != d.label_value(name + "b")
+
+
+def test_invalid_rule_type_is_a_spec_error_that_says_what_to_fix() -> None:
+    with pytest.raises(d.SpecError, match="configmap"):
+        d.rule_kind(rule(rule_type="pod"))

@@ -1,0 +1,553 @@
+"""The desired objects of one RegistryMirror, as pure functions of its dict.
+
+A mirror becomes exactly five objects, all owned by it (the garbage collector removes them
+with it) and labelled with the standard ``app.kubernetes.io/*`` labels:
+
+* ``PersistentVolumeClaim`` ``mirror-<n>-cache``: the blob cache;
+* ``Service`` ``mirror-<n>-hl`` (headless): the StatefulSet's governing Service, also the
+  per-pod target for Prometheus (port ``metrics``);
+* ``Service`` ``mirror-<n>`` (ClusterIP): the stable in-cluster address of the registry;
+* ``StatefulSet`` ``mirror-<n>``: one CNCF distribution registry in pull-through-cache mode,
+  configured only through ``REGISTRY_*`` environment variables (the image's own config file
+  stays untouched, so an image bump never fights a mounted config);
+* ``DaemonSet`` ``mirror-<n>-node``: the kube-registry-proxy pattern, an nginx TCP proxy on
+  every node listening on ``hostPort`` and forwarding to the ClusterIP Service, so container
+  runtimes can pull from ``localhost:<hostPort>`` (which they treat as a plain-HTTP registry).
+
+Nothing here talks to the API server: the reconcile module decides *whether* to apply and
+feeds in what it learned (the PVC size to keep, the Secret's resourceVersion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import urlsplit
+
+from kube import owner_reference, standard_labels
+
+Obj = dict[str, Any]
+
+API_VERSION = "eventop.dev/v1"
+KIND = "RegistryMirror"
+APP_NAME = "registry-mirror"
+
+# Pinned defaults; ``spec.image.registry`` / ``spec.image.proxy`` override them.
+# distribution 3.0.0 is the first release with a configurable proxy TTL (``proxy.ttl``);
+# 2.8.x hard-codes seven days.
+REGISTRY_IMAGE = "docker.io/library/registry:3.0.0"
+# nginx built by nginx.org (stream module included), running as uid 101 out of the box.
+PROXY_IMAGE = "docker.io/nginxinc/nginx-unprivileged:1.28.0-alpine"
+PROXY_UID = 101
+REGISTRY_UID = 1000
+
+REGISTRY_PORT = 5000
+DEBUG_PORT = 5001
+METRICS_PATH = "/metrics"
+# The node proxy listens on a fixed unprivileged port inside its pod; the node's
+# ``hostPort`` is mapped onto it by the CNI portmap plugin. So any hostPort (even < 1024)
+# works without root or NET_BIND_SERVICE, and the nginx config does not depend on it.
+PROXY_PORT = 8080
+STORAGE_ROOT = "/var/lib/registry"
+CACHE_VOLUME = "cache"
+
+DEFAULT_HOST_PORT = 5000
+DEFAULT_SIZE = "10Gi"
+# distribution's own default proxy TTL; written out explicitly so the object says what runs.
+DEFAULT_TTL = "168h"
+
+# Longest sanitised mirror name kept in object names. The tightest limit is the
+# StatefulSet: its pods carry ``controller-revision-hash=<sts name>-<10 chars>`` (a label
+# value, max 63), so the StatefulSet name must stay within 52; "mirror-" + 40 = 47.
+MAX_NAME_PART = 40
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_SUFFIX = {
+    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}
+
+
+class SpecError(ValueError):
+    """The mirror's spec can not be turned into objects; ``reason`` is the condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+# -- names and labels ---------------------------------------------------------------
+
+
+def _short_hash(value: str, length: int = 6) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def name_part(mirror_name: str) -> str:
+    """The mirror's name as a DNS-1035 fragment of at most :data:`MAX_NAME_PART` chars.
+
+    A RegistryMirror name is a DNS subdomain (dots allowed, up to 253 chars) but Service
+    names must be DNS-1035 labels. Names that already fit are used as they are; any other
+    gets a hash of the original appended, so ``a.b`` and ``a-b`` never share objects.
+    """
+    if len(mirror_name) <= MAX_NAME_PART and _DNS1035.match(mirror_name):
+        return mirror_name
+    cleaned = re.sub(r"[^a-z0-9-]", "-", mirror_name.lower()).strip("-")
+    cleaned = cleaned[: MAX_NAME_PART - 7].rstrip("-")
+    return f"{cleaned}-{_short_hash(mirror_name)}" if cleaned else f"m-{_short_hash(mirror_name)}"
+
+
+def label_value(value: str) -> str:
+    """``value`` if it is a valid label value (<= 63 chars), else a shortened, hashed form."""
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:55].strip("-_.")
+    return f"{cleaned}-{_short_hash(value)}" if cleaned else _short_hash(value)
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of a mirror's objects (all in the mirror's namespace)."""
+
+    base: str
+
+    @classmethod
+    def of(cls, mirror_name: str) -> Names:
+        return cls(f"mirror-{name_part(mirror_name)}")
+
+    @property
+    def pvc(self) -> str:
+        return f"{self.base}-cache"
+
+    @property
+    def headless_service(self) -> str:
+        return f"{self.base}-hl"
+
+    @property
+    def service(self) -> str:
+        return self.base
+
+    @property
+    def statefulset(self) -> str:
+        return self.base
+
+    @property
+    def daemonset(self) -> str:
+        return f"{self.base}-node"
+
+
+def selector_labels(mirror: Obj, component: str) -> dict[str, str]:
+    """The immutable selector of a workload: name, instance and component only."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": label_value(mirror["metadata"]["name"]),
+        "app.kubernetes.io/component": component,
+    }
+
+
+def labels(mirror: Obj, component: str) -> dict[str, str]:
+    return standard_labels(APP_NAME, label_value(mirror["metadata"]["name"]), component)
+
+
+def _meta(mirror: Obj, name: str, component: str) -> Obj:
+    return {
+        "name": name,
+        "namespace": mirror["metadata"]["namespace"],
+        "labels": labels(mirror, component),
+        "ownerReferences": [owner_reference(mirror)],
+    }
+
+
+# -- spec parsing ---------------------------------------------------------------------
+
+
+def parse_quantity(value: str) -> Decimal:
+    """A Kubernetes resource quantity (``20Gi``, ``1.5G``, ``500M``) as a number of units."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise SpecError("InvalidStorageSize",
+                        f"storage size {value!r} is not a Kubernetes quantity such as 20Gi")
+    number, suffix = match.groups()
+    try:
+        base = Decimal(number)
+    except InvalidOperation as exc:
+        raise SpecError("InvalidStorageSize",
+                        f"storage size {value!r} is not a Kubernetes quantity such as 20Gi"
+                        ) from exc
+    if suffix and suffix[0] in "eE":
+        return base * (Decimal(10) ** int(suffix[1:]))
+    return base * _SUFFIX[suffix]
+
+
+def duration_is_zero(ttl: str) -> bool:
+    """Whether a Go duration string (``0``, ``0s``, ``168h``, ``1h30m``) is zero.
+
+    Raises :class:`SpecError` for anything ``time.ParseDuration`` would refuse, since the
+    registry would then refuse to start.
+    """
+    text = ttl.strip()
+    if text == "0":
+        return True
+    pos, total = 0, Decimal(0)
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += Decimal(match.group(1))
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise SpecError("InvalidTTL",
+                        f"ttl {ttl!r} is not a Go duration such as 168h, 30m or 0 (no expiry)")
+    return total == 0
+
+
+def validate_upstream(upstream: Any) -> str:
+    """Return the upstream URL as distribution wants it, or raise :class:`SpecError`.
+
+    distribution's proxy keeps only scheme and host of ``proxy.remoteurl`` (its URL
+    builder resolves the absolute ``/v2/...`` routes against it), so a path would be
+    silently dropped: refuse it rather than mirror the wrong thing. Credentials in the URL
+    would end up in the pod spec in clear text: they belong in ``credentialsSecretRef``.
+    """
+    if not isinstance(upstream, str) or not upstream.strip():
+        raise SpecError("InvalidUpstream",
+                        "spec.upstream is required: the registry URL to mirror, "
+                        "e.g. https://registry-1.docker.io")
+    try:
+        parts = urlsplit(upstream.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise SpecError("InvalidUpstream", f"spec.upstream {upstream!r} is not a URL: {exc}"
+                        ) from exc
+    if parts.scheme not in ("http", "https"):
+        raise SpecError("InvalidUpstream",
+                        f"spec.upstream {upstream!r} must start with https:// (or http://)")
+    if not parts.hostname or any(c in parts.hostname for c in " _"):
+        raise SpecError("InvalidUpstream", f"spec.upstream {upstream!r} has no valid host name")
+    if parts.username or parts.password:
+        raise SpecError("InvalidUpstream",
+                        "spec.upstream must not contain credentials; put them in a Secret with "
+                        "keys username and password and name it in spec.credentialsSecretRef")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise SpecError("InvalidUpstream",
+                        f"spec.upstream {upstream!r} has a path, query or fragment; the "
+                        "distribution registry only uses scheme and host (e.g. https://quay.io)")
+    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
+    if ":" in parts.hostname:  # IPv6 literal
+        netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
+    return f"{parts.scheme}://{netloc}"
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    """A RegistryMirror's spec with defaults applied and every field checked."""
+
+    upstream: str
+    host_port: int
+    size: str
+    storage_class: str | None
+    credentials_secret: str | None
+    ttl: str
+    registry_image: str
+    proxy_image: str
+
+    @property
+    def expiry_enabled(self) -> bool:
+        return not duration_is_zero(self.ttl)
+
+
+def parse_spec(mirror: Obj) -> MirrorSpec:
+    """Apply the CRD's defaults and validate; raise :class:`SpecError` with a clear reason.
+
+    The API server validates the CRD schema too, but the handler does not rely on it: the
+    CRD may be an older version, and events are only hints.
+    """
+    spec = mirror.get("spec") or {}
+    upstream = validate_upstream(spec.get("upstream"))
+    host_port = spec.get("hostPort", DEFAULT_HOST_PORT)
+    if isinstance(host_port, bool) or not isinstance(host_port, int) or not (
+            1 <= host_port <= 65535):
+        raise SpecError("InvalidHostPort", f"spec.hostPort {host_port!r} must be 1..65535")
+    storage = spec.get("storage") or {}
+    size = str(storage.get("size") or DEFAULT_SIZE)
+    if parse_quantity(size) <= 0:
+        raise SpecError("InvalidStorageSize", f"storage size {size!r} must be positive")
+    ref = spec.get("credentialsSecretRef") or {}
+    secret = ref.get("name") or None
+    ttl = str(spec.get("ttl") if spec.get("ttl") is not None else DEFAULT_TTL)
+    duration_is_zero(ttl)  # validates
+    image = spec.get("image") or {}
+    return MirrorSpec(
+        upstream=upstream, host_port=host_port, size=size,
+        storage_class=storage.get("storageClassName") or None,
+        credentials_secret=secret, ttl=ttl,
+        registry_image=image.get("registry") or REGISTRY_IMAGE,
+        proxy_image=image.get("proxy") or PROXY_IMAGE,
+    )
+
+
+# -- the objects --------------------------------------------------------------------------
+
+
+def pvc(mirror: Obj, spec: MirrorSpec, *, size: str | None = None,
+        storage_class: str | None = None) -> Obj:
+    """The cache claim. ``size``/``storage_class`` override the spec (to keep what exists:
+    a claim never shrinks and its class is immutable)."""
+    names = Names.of(mirror["metadata"]["name"])
+    body: Obj = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size or spec.size}},
+    }
+    cls = storage_class if storage_class is not None else spec.storage_class
+    if cls:
+        body["storageClassName"] = cls
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": _meta(mirror, names.pvc, "cache"), "spec": body}
+
+
+def headless_service(mirror: Obj) -> Obj:
+    names = Names.of(mirror["metadata"]["name"])
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(mirror, names.headless_service, "registry"),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector_labels(mirror, "registry"),
+            "ports": [
+                {"name": "http", "port": REGISTRY_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": DEBUG_PORT, "targetPort": "metrics",
+                 "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def service(mirror: Obj) -> Obj:
+    names = Names.of(mirror["metadata"]["name"])
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(mirror, names.service, "registry"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(mirror, "registry"),
+            "ports": [{"name": "http", "port": REGISTRY_PORT, "targetPort": "http",
+                       "protocol": "TCP"}],
+        },
+    }
+
+
+def service_host(mirror: Obj) -> str:
+    """The ClusterIP Service's name as the node proxy resolves it (via the pod's DNS search
+    path, so no assumption about the cluster domain)."""
+    return f"{Names.of(mirror['metadata']['name']).service}.{mirror['metadata']['namespace']}.svc"
+
+
+def service_url(mirror: Obj) -> str:
+    return f"http://{service_host(mirror)}.cluster.local:{REGISTRY_PORT}"
+
+
+def registry_env(spec: MirrorSpec) -> list[Obj]:
+    """The registry's configuration, as the ``REGISTRY_*`` overrides distribution reads.
+
+    Each name is the upper-cased path of a key in distribution's config.yml
+    (``proxy.remoteurl`` -> ``REGISTRY_PROXY_REMOTEURL``).
+    """
+    env: list[Obj] = [
+        {"name": "REGISTRY_HTTP_ADDR", "value": f":{REGISTRY_PORT}"},
+        {"name": "REGISTRY_PROXY_REMOTEURL", "value": spec.upstream},
+        {"name": "REGISTRY_PROXY_TTL", "value": spec.ttl},
+        {"name": "REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY", "value": STORAGE_ROOT},
+        # The proxy's scheduler removes expired blobs and manifests; enabled whenever
+        # entries expire at all.
+        {"name": "REGISTRY_STORAGE_DELETE_ENABLED",
+         "value": "true" if spec.expiry_enabled else "false"},
+        {"name": "REGISTRY_HTTP_DEBUG_ADDR", "value": f":{DEBUG_PORT}"},
+        {"name": "REGISTRY_HTTP_DEBUG_PROMETHEUS_ENABLED", "value": "true"},
+        {"name": "REGISTRY_HTTP_DEBUG_PROMETHEUS_PATH", "value": METRICS_PATH},
+        {"name": "REGISTRY_LOG_LEVEL", "value": "info"},
+    ]
+    if spec.credentials_secret:
+        for key in ("username", "password"):
+            env.append({"name": f"REGISTRY_PROXY_{key.upper()}", "valueFrom": {
+                "secretKeyRef": {"name": spec.credentials_secret, "key": key}}})
+    return env
+
+
+def _pod_security(uid: int) -> Obj:
+    return {
+        "runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container_security() -> Obj:
+    return {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def statefulset(mirror: Obj, spec: MirrorSpec, *, credentials_version: str | None = None) -> Obj:
+    """The registry. ``credentials_version`` (the Secret's resourceVersion) goes into a pod
+    annotation so that rotated credentials roll the pod: env from a Secret is read only at
+    container start."""
+    names = Names.of(mirror["metadata"]["name"])
+    template_annotations = {
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(DEBUG_PORT),
+        "prometheus.io/path": METRICS_PATH,
+    }
+    if spec.credentials_secret and credentials_version:
+        template_annotations["eventop.dev/credentials-version"] = credentials_version
+    probe_get = {"path": "/v2/", "port": "http", "scheme": "HTTP"}
+    container: Obj = {
+        "name": "registry",
+        "image": spec.registry_image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": registry_env(spec),
+        "ports": [
+            {"name": "http", "containerPort": REGISTRY_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": DEBUG_PORT, "protocol": "TCP"},
+        ],
+        # GET /v2/ answers 200 as long as no local auth is configured (upstream
+        # credentials are used only towards the upstream), and distribution wraps its
+        # handler in its health checks, so it turns 503 when the storage check fails.
+        "readinessProbe": {"httpGet": probe_get, "periodSeconds": 10, "timeoutSeconds": 3,
+                           "failureThreshold": 3},
+        "livenessProbe": {"httpGet": probe_get, "initialDelaySeconds": 10, "periodSeconds": 20,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": "1", "memory": "512Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": STORAGE_ROOT},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(mirror, names.statefulset, "registry"),
+        "spec": {
+            "replicas": 1,
+            "serviceName": names.headless_service,
+            "selector": {"matchLabels": selector_labels(mirror, "registry")},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": labels(mirror, "registry"),
+                             "annotations": template_annotations},
+                "spec": {
+                    # Service links would inject FOO_PORT=tcp://... variables; a Service
+                    # called "registry" in the namespace yields REGISTRY_PORT, which the
+                    # registry then parses as configuration and fails on.
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(REGISTRY_UID),
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": [
+                        {"name": CACHE_VOLUME,
+                         "persistentVolumeClaim": {"claimName": names.pvc}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def nginx_config(mirror: Obj) -> str:
+    """A TCP (stream) proxy: protocol-agnostic, no buffering of multi-GB blobs on the node."""
+    return "\n".join([
+        "worker_processes 1;",
+        "pid /tmp/nginx.pid;",
+        "error_log /dev/stderr warn;",
+        "events { worker_connections 1024; }",
+        "stream {",
+        "  server {",
+        f"    listen {PROXY_PORT};",
+        f"    proxy_pass {service_host(mirror)}:{REGISTRY_PORT};",
+        "    proxy_connect_timeout 5s;",
+        "    proxy_timeout 10m;",
+        "  }",
+        "}",
+        "",
+    ])
+
+
+def daemonset(mirror: Obj, spec: MirrorSpec) -> Obj:
+    """The per-node proxy: ``localhost:<hostPort>`` on every node -> the ClusterIP Service.
+
+    The nginx config travels in an environment variable and is written to the ``/tmp``
+    emptyDir at start, so the mirror needs no ConfigMap and a config change rolls the pods.
+    ``spec.image.proxy`` must therefore be an nginx image with a shell and the stream module.
+    """
+    names = Names.of(mirror["metadata"]["name"])
+    container: Obj = {
+        "name": "proxy",
+        "image": spec.proxy_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c",
+                    'printf "%s" "$NGINX_CONF" > /tmp/nginx.conf && '
+                    "exec nginx -c /tmp/nginx.conf -g 'daemon off;'"],
+        "env": [{"name": "NGINX_CONF", "value": nginx_config(mirror)}],
+        "ports": [{"name": "registry", "containerPort": PROXY_PORT,
+                   "hostPort": spec.host_port, "protocol": "TCP"}],
+        # Ready only when the registry answers through this node's proxy: that is what
+        # the mirror's Ready condition promises. Liveness checks the proxy alone, so a
+        # registry restart does not restart every node proxy.
+        "readinessProbe": {"httpGet": {"path": "/v2/", "port": "registry", "scheme": "HTTP"},
+                           "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3},
+        "livenessProbe": {"tcpSocket": {"port": "registry"}, "initialDelaySeconds": 5,
+                          "periodSeconds": 20, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"cpu": "500m", "memory": "64Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "nginx-cache", "mountPath": "/var/cache/nginx"}],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": _meta(mirror, names.daemonset, "node-proxy"),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(mirror, "node-proxy")},
+            "updateStrategy": {"type": "RollingUpdate",
+                               "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": labels(mirror, "node-proxy")},
+                "spec": {
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(PROXY_UID),
+                    # Every node pulls images, control-plane and tainted ones included.
+                    "tolerations": [{"operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
+                                {"name": "nginx-cache", "emptyDir": {"sizeLimit": "16Mi"}}],
+                },
+            },
+        },
+    }
+
+
+def desired_objects(mirror: Obj, spec: MirrorSpec | None = None, *,
+                    pvc_size: str | None = None, storage_class: str | None = None,
+                    credentials_version: str | None = None) -> list[Obj]:
+    """All five objects, in the order they are applied (Services before the proxy that
+    resolves them at start, the claim before the pod that mounts it)."""
+    spec = spec or parse_spec(mirror)
+    return [
+        pvc(mirror, spec, size=pvc_size, storage_class=storage_class),
+        headless_service(mirror),
+        service(mirror),
+        statefulset(mirror, spec, credentials_version=credentials_version),
+        daemonset(mirror, spec),
+    ]

@@ -1,0 +1,88 @@
+"""Handlers for the router's process tests: each appends what it received to a file.
+
+Loaded into ``python -m router`` through ``EVENTOP_HANDLERS=tests.router.recording_handlers``
+(with ``EVENTOP_BUILTIN_HANDLERS=none``, so only these run). Every call appends one JSON
+line to the file named by ``EVENTOP_TEST_RECORD``: which handler ran, for which event id,
+in which worker process. One ``os.write`` on an ``O_APPEND`` file per line keeps lines
+from several workers whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from handlers import Event, on
+from kube.errors import Unavailable
+
+RECORD_ENV = "EVENTOP_TEST_RECORD"
+KUBE = "dev.knative.apiserver.*"
+FAIL_TYPE = "test.eventop.fail"
+UNAVAILABLE_TYPE = "test.eventop.unavailable"
+SLOW_TYPE = "test.eventop.slow"
+
+
+def record(handler: str, event: Event) -> str:
+    ref = event.ref
+    line = json.dumps({
+        "handler": handler, "id": event.id, "type": event.type, "pid": os.getpid(),
+        "kind": ref.kind if ref else None, "name": ref.name if ref else None,
+        "namespace": ref.namespace if ref else None, "subject": event.subject,
+        "time": event.time, "extensions": event.extensions,
+        "data_type": type(event.data).__name__,
+    }) + "\n"
+    fd = os.open(os.environ[RECORD_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return f"recorded by {handler}"
+
+
+@on(KUBE, api_version="v1", kind="ConfigMap")
+def configmaps(event: Event, kube: Any) -> str:
+    return record("configmaps", event)
+
+
+@on(KUBE, api_version="v1", kind="Secret")
+def secrets(event: Event, kube: Any) -> str:
+    return record("secrets", event)
+
+
+@on(KUBE, api_version="v1", kind="Namespace")
+def namespaces(event: Event, kube: Any) -> str:
+    return record("namespaces", event)
+
+
+@on(KUBE, api_version="eventop.dev/v1", kind="CopyRule")
+def copy_rules(event: Event, kube: Any) -> str:
+    return record("copy_rules", event)
+
+
+@on(KUBE, api_version="eventop.dev/v1", kind="RegistryMirror")
+def mirrors(event: Event, kube: Any) -> str:
+    return record("mirrors", event)
+
+
+@on(KUBE, api_version="eventop.dev/v1", kind="ExchangeRate")
+def exchange_rates(event: Event, kube: Any) -> str:
+    return record("exchange_rates", event)
+
+
+@on(SLOW_TYPE)
+def slow(event: Event, kube: Any) -> str:
+    """Holds its worker a little, so concurrent events spread over the workers."""
+    time.sleep(0.02)
+    return record("slow", event)
+
+
+@on(FAIL_TYPE)
+def fail(event: Event, kube: Any) -> None:
+    raise RuntimeError(f"deliberate test failure for {event.id}")
+
+
+@on(UNAVAILABLE_TYPE)
+def unavailable(event: Event, kube: Any) -> None:
+    raise Unavailable("Kubernetes API unreachable (simulated by the test handler)")

@@ -1,0 +1,144 @@
+"""Delivery to a misbehaving sink: retried until accepted, in per-object order, bounded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import requests
+
+from watcher.cloudevent import to_cloudevent
+from watcher.delivery import (
+    Backoff,
+    Deliverer,
+    Outgoing,
+    RetryPolicy,
+    post,
+    retry_after_seconds,
+)
+
+FAST = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 0.5))
+
+
+def _obj(name: str, rv: int, ns: str = "default") -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                         "resourceVersion": str(rv)}, "data": {"k": str(rv)}}
+
+
+def _item(name: str, rv: int, change: str = "update") -> Outgoing:
+    return Outgoing.of(to_cloudevent(change, _obj(name, rv), "test"), key=name)
+
+
+@pytest.mark.parametrize("status", [500, 503, 404, 408, 409, 429])
+def test_transient_answers_are_retried_until_accepted(sink, status: int) -> None:
+    sink.fail(3, status)
+    with requests.Session() as s:
+        result = post(s, sink.url, _item("a", 1), FAST)
+    assert result.ok and result.attempts == 4
+    assert sink.ids() == ["uid-a/1/update"]
+
+
+def test_retry_after_is_honoured(sink) -> None:
+    sink.fail(1, 429, retry_after="0")
+    sink.fail(1, 503, retry_after="0.2")
+    policy = RetryPolicy(Backoff(30.0, 30.0), timeout=(1.0, 1.0))  # backoff alone would wait
+    with requests.Session() as s:
+        result = post(s, sink.url, _item("a", 1), policy)
+    assert result.ok and result.attempts == 3
+
+
+def test_retry_after_accepts_seconds_and_http_dates() -> None:
+    assert retry_after_seconds("7") == 7.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
+    assert retry_after_seconds("soon") is None
+    assert retry_after_seconds(None) is None
+
+
+def test_hanging_sink_times_out_and_is_retried(sink) -> None:
+    sink.hang(1)
+    with requests.Session() as s:
+        result = post(s, sink.url, _item("a", 1), FAST)
+    assert result.ok and result.attempts == 2
+    assert sink.ids() == ["uid-a/1/update"]
+
+
+@pytest.mark.parametrize("status", [400, 403, 413, 415, 422])
+def test_other_client_errors_are_given_up_loudly(sink, status: int,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    sink.fail(1, status)
+    with caplog.at_level(logging.ERROR, "eventop.watcher"), requests.Session() as s:
+        result = post(s, sink.url, _item("secret-thing", 7), FAST)
+    assert not result.ok and result.status == status and result.attempts == 1
+    assert "uid-secret-thing/7/update" in caplog.text
+    assert '"k"' not in caplog.text  # never the event data: it may be a Secret
+
+
+def test_bounded_attempts_give_up_on_a_dead_sink() -> None:
+    policy = RetryPolicy(Backoff(0.01, 0.01), timeout=(0.5, 0.5), max_attempts=3)
+    with requests.Session() as s:
+        result = post(s, "http://127.0.0.1:9/", _item("a", 1), policy)
+    assert not result.ok and result.attempts == 3 and result.status is None
+
+
+def test_per_object_order_holds_across_parallel_lanes_and_failures(sink) -> None:
+    sink.fail(5, 500)
+    d = Deliverer(sink.url, lanes=4, queue_size=100, policy=FAST).start()
+    try:
+        for rv in range(1, 21):
+            for name in ("a", "b", "c"):
+                assert d.submit(_item(name, rv), timeout=5)
+        assert d.join(20)
+    finally:
+        d.stop()
+    assert d.delivered == 60
+    for name in ("a", "b", "c"):
+        rvs = [int(i.split("/")[1]) for i in sink.ids() if i.startswith(f"uid-{name}/")]
+        assert rvs == list(range(1, 21))
+
+
+def test_full_buffer_blocks_submit_instead_of_growing(sink) -> None:
+    sink.hang(1)
+    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 0.8))
+    d = Deliverer(sink.url, lanes=1, queue_size=2, policy=policy).start()
+    try:
+        assert d.submit(_item("a", 1), timeout=1)
+        assert d.submit(_item("a", 2), timeout=1)
+        assert not d.submit(_item("a", 3), timeout=0.2)  # full: the caller must wait
+        assert d.pending == 2
+        assert d.join(10)
+        assert d.submit(_item("a", 3), timeout=1)
+        assert d.join(10)
+    finally:
+        d.stop()
+    assert sink.ids() == ["uid-a/1/update", "uid-a/2/update", "uid-a/3/update"]
+
+
+def test_sink_down_for_a_while_loses_nothing(sink) -> None:
+    port = sink.port
+    sink.down()
+    d = Deliverer(sink.url, lanes=3, queue_size=50, policy=FAST).start()
+    try:
+        for rv in range(1, 11):
+            for name in ("a", "b"):
+                assert d.submit(_item(name, rv), timeout=5)
+        assert not d.join(0.5)  # nothing can be delivered while the port is closed
+        sink.port = port
+        sink.start()
+        assert d.join(20)
+    finally:
+        d.stop()
+    assert len(sink.ids()) == 20 and len(set(sink.ids())) == 20
+    for name in ("a", "b"):
+        rvs = [int(i.split("/")[1]) for i in sink.ids() if i.startswith(f"uid-{name}/")]
+        assert rvs == list(range(1, 11))
+
+
+def test_stop_reports_what_was_left_undelivered() -> None:
+    d = Deliverer("http://127.0.0.1:9/", lanes=1, queue_size=10,
+                  policy=RetryPolicy(Backoff(5.0, 5.0), timeout=(0.2, 0.2))).start()
+    for rv in (1, 2, 3):
+        assert d.submit(_item("a", rv), timeout=1)
+    left = d.stop(drain_seconds=0.2)
+    assert left == 3
+    assert not d.submit(_item("a", 4), timeout=0.1)

@@ -1,0 +1,177 @@
+"""Pure decisions of the reconcile: readiness, hostPort claims, PVC sizing, foreign objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from handlers.mirrors import build
+from handlers.mirrors.reconcile import (
+    Problem,
+    compute_status,
+    foreign_objects,
+    host_port_conflict,
+    plan_pvc,
+    status_changed,
+)
+
+Obj = dict[str, Any]
+NOW = "2026-11-21T08:00:00Z"
+
+
+def mirror(name: str = "docker-hub", created: str = "2026-11-21T07:42:44Z", *,
+           namespace: str = "registry-mirrors", uid: str | None = None, **spec: Any) -> Obj:
+    spec.setdefault("upstream", "https://registry-1.docker.io")
+    return {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
+            "metadata": {"name": name, "namespace": namespace, "generation": 3,
+                         "uid": uid or f"uid-{namespace}-{name}", "creationTimestamp": created},
+            "spec": spec}
+
+
+def workloads(m: Obj, *, ready_replicas: int = 1, desired: int | None = 3,
+              ready: int = 3) -> tuple[Obj, Obj]:
+    sts = build.statefulset(m, build.parse_spec(m))
+    sts["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": ready_replicas}
+    ds = build.daemonset(m, build.parse_spec(m))
+    ds["status"] = {} if desired is None else {
+        "observedGeneration": 1, "desiredNumberScheduled": desired, "numberReady": ready,
+        "currentNumberScheduled": desired, "numberMisscheduled": 0}
+    return sts, ds
+
+
+def cond(status: Obj, type_: str) -> Obj:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_ready_when_registry_and_every_node_proxy_are_ready() -> None:
+    m = mirror(hostPort=5001)
+    sts, ds = workloads(m)
+    status = compute_status(m, sts, ds, problems=[], now=NOW)
+    assert cond(status, "Ready")["status"] == "True"
+    assert cond(status, "Degraded")["status"] == "False"
+    assert status["observedGeneration"] == 3
+    assert cond(status, "Degraded")["observedGeneration"] == 3
+    assert status["endpoint"] == "localhost:5001"
+    assert status["serviceURL"] == \
+        "http://mirror-docker-hub.registry-mirrors.svc.cluster.local:5000"
+
+
+@pytest.mark.parametrize(("kwargs", "reason"), [
+    ({"ready_replicas": 0}, "RegistryNotReady"),
+    ({"desired": 3, "ready": 2}, "NodeProxyNotReady"),
+    ({"desired": 0, "ready": 0}, "NoNodes"),
+    ({"desired": None}, "NodeProxyPending"),
+])
+def test_not_ready_says_which_part_is_missing(kwargs: Obj, reason: str) -> None:
+    m = mirror()
+    sts, ds = workloads(m, **kwargs)
+    ready = cond(compute_status(m, sts, ds, problems=[], now=NOW), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+
+
+def test_a_blocked_new_mirror_reports_the_block_in_both_conditions_and_no_endpoint() -> None:
+    m = mirror()
+    problem = Problem("HostPortConflict", "hostPort 5000 is already used by ...")
+    status = compute_status(m, None, None, problems=[problem], now=NOW)
+    assert cond(status, "Degraded")["reason"] == "HostPortConflict"
+    assert cond(status, "Ready")["reason"] == "HostPortConflict"
+    assert cond(status, "Ready")["status"] == "False"
+    assert status["endpoint"] is None and status["serviceURL"] is None
+
+
+def test_status_refresh_keeps_degraded_and_observed_generation() -> None:
+    m = mirror()
+    sts, ds = workloads(m, ready_replicas=0)
+    first = compute_status(m, sts, ds, problems=[Problem("ResizeRefused", "no")], now=NOW)
+    m["status"] = first
+    m["metadata"]["generation"] = 4  # a spec change not reconciled yet
+    sts, ds = workloads(m)
+    later = compute_status(m, sts, ds, problems=None, now="2026-11-21T09:00:00Z")
+    assert later["observedGeneration"] == 3
+    assert cond(later, "Degraded") == cond(first, "Degraded")
+    assert cond(later, "Ready")["status"] == "True"
+    assert cond(later, "Ready")["lastTransitionTime"] == "2026-11-21T09:00:00Z"
+
+
+def test_recomputing_an_unchanged_status_is_not_a_change() -> None:
+    m = mirror()
+    sts, ds = workloads(m)
+    m["status"] = compute_status(m, sts, ds, problems=[], now=NOW)
+    again = compute_status(m, sts, ds, problems=[], now="2026-11-21T10:00:00Z")
+    assert not status_changed(m["status"], again)
+    sts["status"]["readyReplicas"] = 0
+    assert status_changed(m["status"], compute_status(m, sts, ds, problems=[], now=NOW))
+
+
+def test_later_mirror_on_the_same_host_port_is_in_conflict() -> None:
+    first = mirror("docker-hub", "2026-11-21T07:00:00Z", hostPort=5001)
+    later = mirror("quay", "2026-11-21T07:30:00Z", hostPort=5001)
+    other_port = mirror("gcr", "2026-11-21T06:00:00Z", hostPort=5003)
+    everyone = [first, later, other_port]
+    assert host_port_conflict(first, 5001, everyone) is None
+    problem = host_port_conflict(later, 5001, everyone)
+    assert problem is not None and problem.reason == "HostPortConflict"
+    assert "registry-mirrors/docker-hub" in problem.message
+
+
+def test_host_port_ties_are_broken_by_namespace_then_name_and_defaults_count() -> None:
+    a = mirror("a", "2026-11-21T07:00:00Z")  # no hostPort: the default 5000
+    b = mirror("b", "2026-11-21T07:00:00Z", hostPort=5000)
+    b_other_ns = mirror("a", "2026-11-21T07:00:00Z", namespace="z-team", hostPort=5000)
+    everyone = [b_other_ns, b, a]
+    assert host_port_conflict(a, 5000, everyone) is None
+    assert host_port_conflict(b, 5000, everyone) is not None
+    assert host_port_conflict(b_other_ns, 5000, everyone) is not None
+
+
+def test_a_mirror_being_deleted_frees_its_host_port() -> None:
+    first = mirror("a", "2026-11-21T07:00:00Z", hostPort=5001)
+    first["metadata"]["deletionTimestamp"] = "2026-11-21T08:00:00Z"
+    later = mirror("b", "2026-11-21T07:30:00Z", hostPort=5001)
+    assert host_port_conflict(later, 5001, [first, later]) is None
+
+
+def pvc_with(size: str, storage_class: str | None = "standard") -> Obj:
+    obj = build.pvc(mirror(), build.parse_spec(mirror()), size=size,
+                    storage_class=storage_class)
+    return obj
+
+
+def test_pvc_grows_on_a_bigger_size() -> None:
+    spec = build.parse_spec(mirror(storage={"size": "50Gi"}))
+    size, cls, problems, resize = plan_pvc(pvc_with("20Gi"), spec)
+    assert (size, cls, problems, resize) == ("50Gi", "standard", [], True)
+
+
+def test_pvc_never_shrinks_and_says_so() -> None:
+    spec = build.parse_spec(mirror(storage={"size": "10Gi"}))
+    size, _, problems, resize = plan_pvc(pvc_with("20Gi"), spec)
+    assert size == "20Gi" and not resize
+    assert [p.reason for p in problems] == ["ShrinkRefused"]
+    assert "20Gi" in problems[0].message and "10Gi" in problems[0].message
+
+
+def test_pvc_keeps_its_storage_class_and_its_spelling_of_the_same_size() -> None:
+    spec = build.parse_spec(mirror(storage={"size": "1Gi", "storageClassName": "fast"}))
+    size, cls, problems, resize = plan_pvc(pvc_with("1024Mi"), spec)
+    assert (size, cls, resize) == ("1024Mi", "standard", False)
+    assert [p.reason for p in problems] == ["StorageClassImmutable"]
+    # no class asked for: keep the one the default StorageClass filled in
+    spec = build.parse_spec(mirror(storage={"size": "1Gi"}))
+    assert plan_pvc(pvc_with("1Gi", "standard"), spec)[1] == "standard"
+    assert plan_pvc(None, spec) == ("1Gi", None, [], False)
+
+
+def test_objects_of_the_same_name_not_created_by_eventop_block_the_mirror() -> None:
+    m = mirror()
+    foreign_pvc = {"kind": "PersistentVolumeClaim",
+                   "metadata": {"name": "mirror-docker-hub-cache", "labels": {"app": "mine"}}}
+    problem = foreign_objects(m, [foreign_pvc, None])
+    assert problem is not None and problem.reason == "NameConflict"
+    assert "mirror-docker-hub-cache" in problem.message
+    # ours, for this mirror, owned by it or by an earlier mirror of the same name: fine
+    ours = build.service(m)
+    assert foreign_objects(m, [ours]) is None
+    ours["metadata"]["ownerReferences"] = [{"uid": "an-earlier-incarnation"}]
+    assert foreign_objects(m, [ours]) is None

@@ -126,10 +126,12 @@ def refresh_exchange_rates(event: Event, kube: Any) -> str:
         else:
             groups.setdefault(base_of(cr), []).append(cr)
     client = provider.get_client()
+    deadline = client.clock() + client.refresh_budget  # one budget for all bases
     for base, members in sorted(groups.items()):
         outcome: provider.Quote | ProviderError
         try:
-            outcome = client.latest(base, {currency_of(cr) for cr in members})
+            outcome = client.latest(base, {currency_of(cr) for cr in members},
+                                    deadline=deadline)
         except ProviderError as exc:
             outcome = exc
         for cr in members:

@@ -219,6 +219,7 @@ class FrankfurterClient:
                  max_backoff: float = 8.0,
                  max_retry_after: float = 10.0,
                  budget: float = 25.0,
+                 refresh_budget: float = 40.0,
                  cache_size: int = 64,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -230,6 +231,7 @@ class FrankfurterClient:
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
         self.budget = budget
+        self.refresh_budget = refresh_budget
         self.cache_size = cache_size
         self.sleep = sleep
         self.clock = clock
@@ -244,9 +246,13 @@ class FrankfurterClient:
     def url(self, base: str, currencies: Iterable[str]) -> str:
         return f"{self.base_url}/latest?from={base}&to={','.join(sorted(set(currencies)))}"
 
-    def latest(self, base: str, currencies: Iterable[str]) -> Quote:
-        """Latest rates of ``currencies`` against ``base``, in one request.
+    def latest(self, base: str, currencies: Iterable[str], *,
+               deadline: float | None = None) -> Quote:
+        """Latest rates of ``currencies`` against ``base``, in one request (plus retries).
 
+        ``deadline`` (a ``clock()`` value) caps the time spent, on top of the client's own
+        per-call ``budget``: a refresh shares one deadline across its bases so that, with
+        the provider down, it still answers well within the router's worker timeout.
         Raises a :class:`ProviderError` subclass; never a ``requests`` exception.
         """
         wanted = sorted(set(currencies))
@@ -257,14 +263,22 @@ class FrankfurterClient:
         if not wanted:
             raise ProviderRejected("no currency to quote was asked for")
         url = self.url(base, wanted)
-        deadline = self.clock() + self.budget
+        own = self.clock() + self.budget
+        deadline = own if deadline is None else min(own, deadline)
         last = "no attempt made"
-        for attempt in range(1, self.max_attempts + 1):
+        attempt = 0
+        while attempt < self.max_attempts:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                last += "; out of time before the next attempt"
+                break
+            attempt += 1
             wait: float | None = None
+            timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
             try:
-                resp = self.session.get(url, headers=self._headers(url), timeout=self.timeout)
+                resp = self.session.get(url, headers=self._headers(url), timeout=timeout)
             except requests.Timeout:
-                last = f"no answer within {self.timeout[1]:g}s"
+                last = "timed out waiting for an answer"
             except requests.ConnectionError as exc:
                 last = f"connection failed ({type(exc).__name__})"
             except requests.RequestException as exc:
@@ -301,8 +315,8 @@ class FrankfurterClient:
             if wait is None:
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
                 wait = delay * random.uniform(0.5, 1.0)  # jitter: replicas do not sync up
-            if self.clock() + wait > deadline:
-                last += f"; the {self.budget:g}s budget would run out before the next attempt"
+            if self.clock() + wait >= deadline:
+                last += "; out of time before the next attempt"
                 break
             log.info("%s: %s (attempt %d of %d), retrying in %.2fs",
                      url, last, attempt, self.max_attempts, wait)

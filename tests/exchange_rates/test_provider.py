@@ -152,7 +152,7 @@ def test_server_errors_exhaust_the_retries(client: FrankfurterClient,
 def test_timeout_is_retried_then_reported(client: FrankfurterClient,
                                           requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
     requests_mock.get(latest_url(), exc=requests.exceptions.ReadTimeout("read timed out"))
-    with pytest.raises(ProviderUnavailable, match="no answer within 10s") as err:
+    with pytest.raises(ProviderUnavailable, match="timed out waiting for an answer") as err:
         client.latest("EUR", ["USD"])
     assert err.value.reason == "ProviderUnavailable"
     assert requests_mock.call_count == 4
@@ -243,10 +243,25 @@ def test_retries_stop_when_the_time_budget_would_run_out(requests_mock: rm.Mocke
     client = FrankfurterClient(BASE_URL, max_attempts=10, max_retry_after=10, budget=5.0,
                                sleep=sleep, clock=lambda: now[0])
     requests_mock.get(latest_url(), status_code=429, headers={"Retry-After": "2"})
-    with pytest.raises(ProviderUnavailable, match="budget would run out"):
+    with pytest.raises(ProviderUnavailable, match="out of time before the next attempt"):
         client.latest("EUR", ["USD"])
     assert waits == [2.0, 2.0]
     assert requests_mock.call_count == 3
+
+
+def test_shared_deadline_stops_before_asking(requests_mock: rm.Mocker) -> None:
+    now = [100.0]
+    client = FrankfurterClient(BASE_URL, clock=lambda: now[0], sleep=lambda s: None)
+    with pytest.raises(ProviderUnavailable, match=r"out of time.*after 0 attempt"):
+        client.latest("EUR", ["USD"], deadline=99.0)
+    assert requests_mock.call_count == 0
+
+
+def test_per_request_timeout_shrinks_to_the_time_left(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), content=REAL_ANSWER.replace(b'"GBP":0.8352,', b""))
+    client = FrankfurterClient(BASE_URL, timeout=(3.0, 10.0), clock=lambda: 100.0)
+    client.latest("EUR", ["USD"], deadline=102.0)
+    assert requests_mock.last_request.timeout == (2.0, 2.0)
 
 
 def test_etag_is_sent_back_and_304_reuses_the_cached_answer(

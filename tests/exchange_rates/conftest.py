@@ -1,0 +1,75 @@
+"""Fixtures for the ExchangeRate tests: a provider client that never sleeps, CR helpers."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import handlers
+from handlers.events import Event
+from handlers.exchange_rates import provider
+from handlers.exchange_rates.provider import FrankfurterClient
+from handlers.registry import Outcome, Registry
+
+BASE_URL = "https://rates.test/v1"
+NAMESPACE = "finance"
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def rates_client(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FrankfurterClient:
+    """The client the handlers use: requests-mock answers it, its waits are only recorded.
+
+    ``fetchedAt`` comes from a clock that ticks a minute per fetch, so tests can tell
+    fetches apart without waiting.
+    """
+    client = FrankfurterClient(BASE_URL, sleep=sleeps.append)
+    monkeypatch.setattr(provider, "get_client", lambda: client)
+    minutes = itertools.count()
+
+    def tick() -> str:
+        minute = next(minutes)
+        return f"2026-11-21T{8 + minute // 60:02d}:{minute % 60:02d}:00Z"
+
+    monkeypatch.setattr(provider, "_now", tick)
+    return client
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return handlers.load("", builtin="exchange_rates")
+
+
+@pytest.fixture
+def finance(local_kube: Any) -> Iterator[str]:
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    yield NAMESPACE
+
+
+def exchange_rate(name: str, currency: str, base: str | None = None,
+                  namespace: str = NAMESPACE) -> Obj:
+    spec: Obj = {"currency": currency}
+    if base is not None:
+        spec["base"] = base
+    return {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def dispatch(registry: Registry, kube: Any, event: Event) -> list[Outcome]:
+    """Dispatch and insist some handler wanted the event."""
+    outcomes = registry.dispatch(event, kube)
+    assert outcomes, f"no handler took {event.type}"
+    return outcomes
+
+
+def assert_ok(outcomes: list[Outcome]) -> None:
+    failed = [o for o in outcomes if not o.ok]
+    assert not failed, [o.detail for o in failed]

@@ -1,0 +1,129 @@
+"""Replay the recorded ExchangeRate traffic of ``mirrors-and-rates`` with a mocked provider.
+
+The recording: ``exchange-rate-usd`` and ``exchange-rate-chf`` created in ``finance``; ``chf``
+switched to GBP; ``chf`` deleted. Afterwards the ConfigMap of ``usd`` holds the mocked USD
+rate, and of ``chf`` nothing is left; in between it held the GBP rate.
+
+Twice: handlers dispatched in-process (requests-mock answers the provider), and through the
+whole pipeline (router under gunicorn in a subprocess, where requests-mock can not reach: a
+loopback stand-in answers instead, named by ``RATES_API_URL``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests_mock as rm
+
+from handlers.events import REFRESH_TYPE, Event
+from handlers.registry import Registry
+from tests.exchange_rates.conftest import BASE_URL, assert_ok, dispatch
+from tests.exchange_rates.standin import RatesStandIn, answer
+from tests.support.pipeline import world_copy
+from watcher.recording import load_initial, load_recording
+
+RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
+PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
+         RECORDING / "apis_eventop.dev_v1_exchangerates.watch.jsonl"]
+NS = "finance"
+RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"}}
+Obj = dict[str, Any]
+
+
+def rates_configmap(get: Any, name: str) -> Obj | None:
+    cm: Obj | None = get("v1", "ConfigMap", name, NS)
+    return cm
+
+
+def check_after(change: str, obj: Obj, get: Any, seen: dict[str, list[str]]) -> None:
+    """After each recorded change, what the ConfigMap of that ExchangeRate must hold."""
+    name = obj["metadata"]["name"]
+    cm = rates_configmap(get, name)
+    if change == "delete":
+        assert cm is None, f"{name} deleted but its ConfigMap is left"
+        seen.setdefault(name, []).append("gone")
+        return
+    assert cm is not None, f"{name} has no ConfigMap after {change}"
+    currency = obj["spec"]["currency"]
+    assert cm["data"]["currency"] == currency
+    assert cm["data"]["rate"] == RATES["EUR"][currency]
+    seen.setdefault(name, []).append(f"{currency}={cm['data']['rate']}")
+
+
+def test_replay_dispatched_in_process(registry: Registry, kube: Any, local_kube: Any,
+                                      rates_client: Any, requests_mock: rm.Mocker) -> None:
+    requests_mock.get(f"{BASE_URL}/latest?from=EUR",
+                      content=answer("EUR", "2026-11-20", **RATES["EUR"]))
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    seen: dict[str, list[str]] = {}
+    for obj in load_initial(PATHS):
+        local_kube.put(world_copy(obj))
+        assert_ok(dispatch(registry, kube, Event.for_object("add", obj)))
+    for change, obj in load_recording(PATHS):
+        meta = obj["metadata"]
+        if change == "delete":
+            local_kube.remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
+        else:
+            local_kube.put(world_copy(obj))
+        assert_ok(dispatch(registry, kube, Event.for_object(change, obj)))
+        check_after(change, obj, local_kube.get, seen)
+
+    assert seen == {"exchange-rate-usd": ["USD=1.0812"],
+                    "exchange-rate-chf": ["CHF=0.9391", "GBP=0.8352", "gone"]}
+    usd = rates_configmap(local_kube.get, "exchange-rate-usd")
+    assert usd is not None
+    assert usd["data"]["base"] == "EUR"
+    assert local_kube.get("eventop.dev/v1", "ExchangeRate", "exchange-rate-chf", NS) is None
+    leftovers = [cm["metadata"]["name"] for cm in local_kube.list("v1", "ConfigMap", NS)
+                 if "chf" in cm["metadata"]["name"]]
+    assert leftovers == []
+    # one request per change that needed a rate (add usd, add chf, chf -> GBP)
+    assert requests_mock.call_count == 3
+
+
+# -- the same through the whole pipeline -----------------------------------------------------
+
+@pytest.fixture
+def standin() -> Iterator[RatesStandIn]:
+    with RatesStandIn(RATES) as rates:
+        yield rates
+
+
+@pytest.fixture
+def pipeline_env(standin: RatesStandIn) -> dict[str, str]:
+    return {"RATES_API_URL": standin.url, "EVENTOP_BUILTIN_HANDLERS": "exchange_rates"}
+
+
+def test_replay_through_the_pipeline(pipeline: Any, standin: RatesStandIn) -> None:
+    pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    get = pipeline.local_kube.get
+    seen: dict[str, list[str]] = {}
+    for obj in load_initial(PATHS):
+        pipeline.world_put(obj)
+        assert pipeline.post("add", obj) in (200, 202)
+    for change, obj in load_recording(PATHS):
+        meta = obj["metadata"]
+        if change == "delete":
+            pipeline.world_remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
+        else:
+            pipeline.world_put(obj)
+        assert pipeline.post(change, obj) in (200, 202)
+        pipeline.settle()
+        check_after(change, obj, get, seen)
+    assert seen == {"exchange-rate-usd": ["USD=1.0812"],
+                    "exchange-rate-chf": ["CHF=0.9391", "GBP=0.8352", "gone"]}
+    assert standin.requests == [("EUR", ["USD"]), ("EUR", ["CHF"]), ("EUR", ["GBP"])]
+
+    # Replaying the recording again, then a refresh, leaves the same state; the unchanged
+    # USD rate is not written again (same resourceVersion).
+    usd_before = rates_configmap(get, "exchange-rate-usd")
+    statuses = pipeline.replay(PATHS)
+    assert all(s in (200, 202) for s in statuses), statuses
+    assert pipeline.post_event(REFRESH_TYPE) in (200, 202)
+    pipeline.settle()
+    assert rates_configmap(get, "exchange-rate-usd") == usd_before
+    assert rates_configmap(get, "exchange-rate-chf") is None
+    assert standin.requests[-1] == ("EUR", ["USD"])  # the refresh: one request for the base

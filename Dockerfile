@@ -1,0 +1,50 @@
+# eventop: one image for the router (default) and the watcher.
+#   docker build -t ghcr.io/eventop/eventop:0.1.0 .
+#   docker run -p 8080:8080 ghcr.io/eventop/eventop:0.1.0            # python -m router
+#   docker run ghcr.io/eventop/eventop:0.1.0 watcher run --sink URL   # python -m watcher run
+#
+# The base is pinned to an exact Python patch release and Debian release. For reproducible
+# builds also pin its digest: PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest>.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# --- builder: a virtualenv with exactly the pinned runtime dependencies -------------------
+FROM ${PYTHON_IMAGE} AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /build
+COPY requirements.txt .
+# Only the runtime section of requirements.txt goes into the image (the test tools stay out).
+# Every line is pinned, transitive dependencies included, so --no-deps installs exactly that
+# set; wheels only, so no compiler is needed; `pip check` proves the set is consistent.
+RUN sed -n '1,/^# --- test and development/p' requirements.txt \
+        | grep -E '^[A-Za-z0-9_.-]+==[^ ]+$' > runtime-requirements.txt \
+    && python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-deps --only-binary=:all: \
+        -r runtime-requirements.txt \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/pip uninstall --yes pip setuptools
+
+# --- runtime: the venv, eventop's packages, a non-root user ------------------------------
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PORT=8080 \
+    PROMETHEUS_MULTIPROC_DIR=/tmp/metrics
+RUN groupadd --system --gid 10001 eventop \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin eventop
+COPY --from=builder /opt/venv /opt/venv
+WORKDIR /app
+COPY kube/ kube/
+COPY handlers/ handlers/
+COPY router/ router/
+COPY watcher/ watcher/
+# Compile once at build time: at run time the root filesystem is read-only.
+RUN python -m compileall -q /app
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["python", "-m"]
+CMD ["router", "--host", "0.0.0.0"]

@@ -1,0 +1,132 @@
+"""CopyRule scenarios against a real cluster (``EVENTOP_TEST_KUBECONFIG``; skipped without).
+
+Every run creates its own uniquely named namespaces and a rule that targets only namespaces
+carrying this run's label, so nothing outside the test is ever copied into; everything is
+deleted afterwards. The real garbage collector, admission and namespace lifecycle are used.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.cluster
+REPO = Path(__file__).resolve().parents[2]
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def run(cluster_pipeline: Any) -> Iterator[dict[str, Any]]:
+    world = cluster_pipeline.world
+    world.apply(yaml.safe_load((REPO / "crds" / "copyrules.yaml").read_text()))
+    run_id = uuid.uuid4().hex[:6]
+    names = {k: f"eventop-copy-{run_id}-{k}" for k in ("src", "t1", "t2", "t3")}
+    info = {"id": run_id, "ns": names, "rule": f"eventop-test-{run_id}",
+            "label": {"eventop.dev/test-run": run_id}}
+
+    def rule_served() -> bool:
+        try:
+            world.list("eventop.dev/v1", "CopyRule")
+            return True
+        except Exception:
+            return False
+    cluster_pipeline.wait_for(rule_served, what="CopyRule served")
+    try:
+        yield info
+    finally:
+        world.delete("eventop.dev/v1", "CopyRule", info["rule"])
+        for ns in names.values():
+            world.delete("v1", "Namespace", ns)
+
+
+def ns_obj(name: str, labels: Obj | None = None) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": dict(labels or {})}}
+
+
+def get_cm(p: Any, ns: str, name: str = "app-config") -> Obj | None:
+    found: Obj | None = p.kube.get_or_none("v1", "ConfigMap", name, ns)
+    return found
+
+
+def test_copies_follow_namespaces_sources_hand_edits_and_the_rule(
+        cluster_pipeline: Any, run: dict[str, Any]) -> None:
+    p, ns = cluster_pipeline, run["ns"]
+    for key in ("src", "t1", "t2"):
+        p.post("add", p.world_put(ns_obj(ns[key], run["label"] if key != "src" else {})))
+    source = p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "app-config", "namespace": ns["src"],
+                                       "labels": {"copyrator": "true"}},
+                          "data": {"mirror": "m:5000"}})
+    rule = p.world_put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                        "metadata": {"name": run["rule"]},
+                        "spec": {"ruleType": "configmap", "namespaces": [ns["src"]],
+                                 "selector": {"matchLabels": {"copyrator": "true"}},
+                                 "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}})
+    assert p.post("add", rule) == 200
+    for key in ("t1", "t2"):
+        copy = p.wait_for(lambda k=key: get_cm(p, ns[k]), what=f"copy in {key}")
+        assert copy["data"] == {"mirror": "m:5000"}
+        assert copy["metadata"]["ownerReferences"][0]["uid"] == \
+            p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["metadata"]["uid"]
+
+    # a hand-made object where a copy would go is left alone and reported
+    p.world_put(ns_obj(ns["t3"]))
+    p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "app-config", "namespace": ns["t3"],
+                              "labels": {"app.kubernetes.io/managed-by": "eventop"}},
+                 "data": {"mirror": "hand-made"}})
+    assert p.post("update", p.world_put(ns_obj(ns["t3"], run["label"]))) == 200
+    status = p.wait_for(lambda: (p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])
+                                 .get("status") or {}).get("conflicts") == 1 and
+                        p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"],
+                        what="conflict reported")
+    assert status["conflictList"] == [f"{ns['t3']}/app-config"]
+    assert get_cm(p, ns["t3"])["data"] == {"mirror": "hand-made"}
+
+    # the source changes: every copy follows
+    source["data"] = {"mirror": "m:5001"}
+    assert p.post("update", p.world_put(source)) == 200
+    for key in ("t1", "t2"):
+        p.wait_for(lambda k=key: (get_cm(p, ns[k]) or {}).get("data") == {"mirror": "m:5001"},
+                   what=f"updated copy in {key}")
+
+    # a copy deleted by hand comes back
+    gone = get_cm(p, ns["t1"])
+    p.world.delete("v1", "ConfigMap", "app-config", ns["t1"])
+    assert p.post("delete", gone) == 200
+    p.wait_for(lambda: get_cm(p, ns["t1"]), what="restored copy")
+
+    # deleting the rule: the garbage collector removes the copies, not the hand-made object
+    p.world.delete("eventop.dev/v1", "CopyRule", run["rule"])
+    p.wait_for(lambda: get_cm(p, ns["t1"]) is None and get_cm(p, ns["t2"]) is None,
+               timeout=120, what="copies garbage-collected")
+    assert get_cm(p, ns["t3"])["data"] == {"mirror": "hand-made"}
+    assert get_cm(p, ns["src"])["data"] == {"mirror": "m:5001"}
+
+
+def test_secret_copies_keep_their_type_and_tokens_are_not_copied(
+        cluster_pipeline: Any, run: dict[str, Any]) -> None:
+    p, ns = cluster_pipeline, run["ns"]
+    p.world_put(ns_obj(ns["src"]))
+    p.world_put(ns_obj(ns["t1"], run["label"]))
+    dockercfg = p.world_put({"apiVersion": "v1", "kind": "Secret",
+                             "type": "kubernetes.io/dockerconfigjson",
+                             "metadata": {"name": "regcred", "namespace": ns["src"],
+                                          "labels": {"copyrator": "true"}},
+                             "data": {".dockerconfigjson": "eyJhdXRocyI6e319"}})
+    rule = p.world_put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                        "metadata": {"name": run["rule"]},
+                        "spec": {"ruleType": "secret", "namespaces": [ns["src"]],
+                                 "selector": {"matchLabels": {"copyrator": "true"}},
+                                 "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}})
+    assert p.post("add", rule) == 200
+    copy = p.wait_for(lambda: p.kube.get_or_none("v1", "Secret", "regcred", ns["t1"]),
+                      what="Secret copy")
+    assert copy["type"] == "kubernetes.io/dockerconfigjson"
+    assert copy["data"] == dockercfg["data"]

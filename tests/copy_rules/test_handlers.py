@@ -1,0 +1,227 @@
+"""CopyRule behaviour against the local API server, events dispatched to the handlers."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from handlers.copy_rules import desired
+from handlers.events import REF_PREFIX, Event, kube_extensions
+from tests.copy_rules.support import (
+    Harness,
+    config_map,
+    copy_rule,
+    namespace,
+    secret,
+)
+
+Obj = dict[str, Any]
+COPYRATOR = {"copyrator": "true"}
+
+
+@pytest.fixture
+def h(local_kube: Any, kube: Any) -> Iterator[Harness]:
+    harness = Harness(local_kube, kube)
+    for name in ("team-a", "team-b"):
+        harness.world_put(namespace(name))
+    harness.world_put(config_map("default", "registry-config", {"mirror": "m:5000"}, COPYRATOR))
+    harness.world_put(copy_rule("main-rule"))
+    harness.settle()
+    yield harness
+
+
+def data_of(h: Harness, kind: str = "ConfigMap") -> dict[str, Obj]:
+    return {k: o.get("data") or {} for k, o in h.copies(kind).items()}
+
+
+def writes(local_kube: Any, since: int) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in local_kube.requests[since:] if r[0] not in ("GET",)]
+
+
+def test_rule_copies_matching_sources_into_every_active_namespace(h: Harness) -> None:
+    assert data_of(h) == {"team-a/registry-config": {"mirror": "m:5000"},
+                          "team-b/registry-config": {"mirror": "m:5000"}}
+    copy_ = h.copies()["team-a/registry-config"]
+    assert copy_["metadata"]["labels"]["eventop.dev/copy-rule"] == "main-rule"
+    assert copy_["metadata"]["annotations"]["eventop.dev/source"] == "default/registry-config"
+    assert copy_["metadata"]["ownerReferences"][0]["uid"] == h.rule("main-rule")["metadata"]["uid"]
+    status = h.rule("main-rule")["status"]
+    assert status["sources"] == 1 and status["copies"] == 2 and status["conflicts"] == 0
+    assert status["observedGeneration"] == 1
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "True" and ready["reason"] == "Synced"
+
+
+def test_new_namespace_receives_copies_and_terminating_ones_are_skipped(h: Harness) -> None:
+    h.world_put(namespace("team-c"))
+    h.settle()
+    assert data_of(h)["team-c/registry-config"] == {"mirror": "m:5000"}
+    assert h.rule("main-rule")["status"]["copies"] == 3
+
+
+def test_source_change_updates_every_copy_and_source_delete_removes_them(h: Harness) -> None:
+    h.world_put(config_map("default", "registry-config", {"mirror": "m:5001"}, COPYRATOR))
+    h.settle()
+    assert set(map(str, (d["mirror"] for d in data_of(h).values()))) == {"m:5001"}
+    h.world_remove("v1", "ConfigMap", "registry-config", "default")
+    h.settle()
+    assert data_of(h) == {}
+    assert h.rule("main-rule")["status"]["sources"] == 0
+
+
+def test_source_that_loses_its_label_is_no_longer_copied(h: Harness) -> None:
+    h.world_put(config_map("default", "registry-config", {"mirror": "m:5000"}, {}))
+    h.settle()
+    assert data_of(h) == {}
+
+
+def test_copy_edited_or_deleted_by_hand_is_restored(h: Harness) -> None:
+    edited = h.copies()["team-a/registry-config"]
+    edited["data"] = {"mirror": "evil:1", "extra": "added by hand"}
+    h.world_put(edited)
+    h.world_remove("v1", "ConfigMap", "registry-config", "team-b")
+    h.settle()
+    assert data_of(h) == {"team-a/registry-config": {"mirror": "m:5000"},
+                          "team-b/registry-config": {"mirror": "m:5000"}}
+
+
+def test_unmanaged_object_is_left_alone_reported_and_replaced_only_once_gone(
+        h: Harness, local_kube: Any) -> None:
+    h.world_put(namespace("team-c"))
+    mine = config_map("team-c", "registry-config", {"mirror": "mine"},
+                      {"app.kubernetes.io/managed-by": "eventop"})  # forged: no owner reference
+    h.world_put(mine)
+    h.settle()
+    assert local_kube.get("v1", "ConfigMap", "registry-config", "team-c")["data"] == \
+        {"mirror": "mine"}
+    status = h.rule("main-rule")["status"]
+    assert status["conflicts"] == 1 and status["conflictList"] == ["team-c/registry-config"]
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "Conflicts"
+    warnings = [e for e in local_kube.list("v1", "Event")
+                if e["reason"] == "CopyConflict" and e["involvedObject"]["name"] == "main-rule"]
+    assert len(warnings) == 1 and "team-c/registry-config" in warnings[0]["message"]
+    # a later resync neither touches the object nor posts the Warning again
+    h.dispatch("update", h.rule("main-rule"))
+    assert local_kube.get("v1", "ConfigMap", "registry-config", "team-c")["data"] == \
+        {"mirror": "mine"}
+    assert [e["count"] for e in local_kube.list("v1", "Event")
+            if e["reason"] == "CopyConflict"] == [1]
+    h.world_remove("v1", "ConfigMap", "registry-config", "team-c")
+    h.settle()
+    assert data_of(h)["team-c/registry-config"] == {"mirror": "m:5000"}
+    assert h.rule("main-rule")["status"]["conflicts"] == 0
+
+
+def test_copy_whose_owner_reference_was_removed_by_hand_belongs_to_the_user(h: Harness) -> None:
+    taken = h.copies()["team-a/registry-config"]
+    del taken["metadata"]["ownerReferences"]
+    taken["data"] = {"mirror": "team-a's own"}
+    h.world_put(taken)
+    h.settle()
+    assert h.objects()["team-a/registry-config"]["data"] == {"mirror": "team-a's own"}
+    assert h.rule("main-rule")["status"]["conflictList"] == ["team-a/registry-config"]
+
+
+def test_namespace_relabelled_out_of_the_targets_loses_its_copies(h: Harness) -> None:
+    h.world_put(copy_rule("main-rule", targets={"selector": {"matchLabels": {"tier": "apps"}}}))
+    h.settle()
+    assert data_of(h) == {}
+    h.world_put(namespace("team-a", {"tier": "apps"}))
+    h.settle()
+    assert set(data_of(h)) == {"team-a/registry-config"}
+    h.world_put(namespace("team-a", {"tier": "batch"}))
+    h.settle()
+    assert data_of(h) == {}
+
+
+def test_deleting_the_rule_garbage_collects_its_copies(h: Harness) -> None:
+    h.world_remove(desired.API_VERSION, desired.KIND, "main-rule")
+    h.settle()
+    assert data_of(h) == {}
+    assert "registry-config" in {o["metadata"]["name"]
+                                 for o in h.local_kube.list("v1", "ConfigMap", "default")}
+
+
+def test_secrets_keep_their_type_tokens_are_never_copied_and_contents_never_logged(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = base64.b64encode(b"s3cret-value").decode()
+    h.world_put(secret("default", "regcred", {".dockerconfigjson": token}, COPYRATOR,
+                       "kubernetes.io/dockerconfigjson"))
+    h.world_put(secret("default", "builder-token", {"token": token}, COPYRATOR,
+                       "kubernetes.io/service-account-token"))
+    h.world_put(copy_rule("registry-credentials", "secret"))
+    h.settle()
+    copies = h.copies("Secret")
+    assert set(copies) == {"team-a/regcred", "team-b/regcred"}
+    assert {c["type"] for c in copies.values()} == {"kubernetes.io/dockerconfigjson"}
+    assert {c["data"][".dockerconfigjson"] for c in copies.values()} == {token}
+    assert token not in caplog.text and "s3cret" not in caplog.text
+
+
+def test_secret_contents_come_from_the_api_server_not_the_event(h: Harness) -> None:
+    real = base64.b64encode(b"real").decode()
+    h.world_put(secret("default", "regcred", {"k": real}, COPYRATOR))
+    h.world_put(copy_rule("registry-credentials", "secret"))
+    h.settle()
+    forged = secret("default", "regcred", {"k": base64.b64encode(b"forged").decode()}, COPYRATOR)
+    h.dispatch("update", forged)
+    assert {c["data"]["k"] for c in h.copies("Secret").values()} == {real}
+
+
+def test_immutable_copy_is_recreated_when_its_source_is_replaced(h: Harness) -> None:
+    h.world_put(config_map("default", "frozen", {"v": "1"}, COPYRATOR, immutable=True))
+    h.settle()
+    old_uid = h.copies()["team-a/frozen"]["metadata"]["uid"]
+    h.world_remove("v1", "ConfigMap", "frozen", "default")
+    h.world_put(config_map("default", "frozen", {"v": "2"}, COPYRATOR, immutable=True))
+    h.settle()
+    copy_ = h.copies()["team-a/frozen"]
+    assert copy_["data"] == {"v": "2"} and copy_["immutable"] is True
+    assert copy_["metadata"]["uid"] != old_uid
+
+
+def test_resync_with_nothing_changed_writes_nothing(h: Harness, local_kube: Any) -> None:
+    before = h.versions()
+    start = len(local_kube.requests)
+    h.dispatch("update", h.rule("main-rule"))
+    for obj in h.snapshot().values():
+        h.dispatch("update", obj)
+    assert writes(local_kube, start) == []
+    assert h.versions() == before
+
+
+def test_reference_mode_events_reconcile_too(h: Harness) -> None:
+    ns = h.world_put(namespace("team-c"))
+    h.changes()  # the watcher's own event for it is not delivered: only the reference below
+    ref = {"apiVersion": "v1", "kind": "Namespace", "name": "team-c",
+           "uid": ns["metadata"]["uid"]}
+    h.registry.dispatch(Event(id="r1", type=REF_PREFIX + "add", source="test", data=ref,
+                              extensions=kube_extensions(ns)), h.kube)
+    assert "team-c/registry-config" in h.copies()
+
+
+def test_two_source_namespaces_first_listed_wins_and_rule_change_prunes(h: Harness) -> None:
+    h.world_put(namespace("shared"))
+    h.world_put(config_map("shared", "registry-config", {"mirror": "shared"}, COPYRATOR))
+    h.world_put(copy_rule("main-rule", namespaces=["shared", "default"]))
+    h.settle()
+    assert data_of(h)["team-a/registry-config"] == {"mirror": "shared"}
+    # default's own registry-config is a source, never overwritten: a conflict
+    assert h.objects()["default/registry-config"]["data"] == {"mirror": "m:5000"}
+    assert "default/registry-config" in h.rule("main-rule")["status"]["conflictList"]
+    h.world_put(copy_rule("main-rule", namespaces=["default"], targets={"names": ["team-b"]}))
+    h.settle()
+    assert data_of(h) == {"team-b/registry-config": {"mirror": "m:5000"}}
+
+
+def test_status_is_written_only_when_it_changes(h: Harness) -> None:
+    version = h.rule("main-rule")["metadata"]["resourceVersion"]
+    h.dispatch("update", h.rule("main-rule"))
+    h.dispatch("add", namespace("team-a"))
+    assert h.rule("main-rule")["metadata"]["resourceVersion"] == version

@@ -1,0 +1,130 @@
+"""Custom resources against their CRD's openAPIV3Schema: defaulting, pruning, validation.
+
+Validation uses ``jsonschema`` (Draft 4, the dialect OpenAPI v3 schemas build on) and
+translates each error into the field error the real API server reports, e.g.
+``spec.currency: Unsupported value: "EUR": supported values: "CAD", ...``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonschema
+
+from localkube.errors import cause
+
+Obj = dict[str, Any]
+ROOT_SKIP = ("apiVersion", "kind", "metadata")
+
+
+def default_and_prune(value: Any, schema: Obj | None, *, root: bool = False) -> Any:
+    """Fill ``default``s of missing properties and drop fields the schema does not know."""
+    if not schema:
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        addl = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or addl is True
+        for key in list(value):
+            if root and key in ROOT_SKIP:
+                continue
+            if props is not None and key in props:
+                value[key] = default_and_prune(value[key], props[key])
+            elif isinstance(addl, dict):
+                value[key] = default_and_prune(value[key], addl)
+            elif not keep_unknown:
+                del value[key]
+        for key, sub in (props or {}).items():
+            if key not in value and "default" in sub and not (root and key in ROOT_SKIP):
+                value[key] = default_and_prune(copy.deepcopy(sub["default"]), sub)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [default_and_prune(v, schema["items"]) for v in value]
+    return value
+
+
+def _field(path: list[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _go_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _v(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _translate(err: jsonschema.ValidationError) -> list[Obj]:
+    path = list(err.absolute_path)
+    field = _field(path)
+    kw, want, got = err.validator, err.validator_value, err.instance
+    if kw == "required":
+        return [cause("FieldValueRequired", _field([*path, key]), "Required value")
+                for key in want if isinstance(got, dict) and key not in got]
+    if kw == "enum":
+        supported = ", ".join(_v(v) for v in want)
+        return [cause("FieldValueNotSupported", field,
+                      f"Unsupported value: {_v(got)}: supported values: {supported}")]
+    if kw == "type":
+        kind = _go_type(got)
+        return [cause("FieldValueInvalid", field,
+                      f'Invalid value: "{kind}": {field} in body must be of type {want}: '
+                      f'"{kind}"')]
+    if kw == "pattern":
+        return [cause("FieldValueInvalid", field,
+                      f"Invalid value: {_v(got)}: {field} in body should match '{want}'")]
+    if kw == "minimum":
+        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
+                                                  f"should be greater than or equal to {want}")]
+    if kw == "maximum":
+        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
+                                                  f"should be less than or equal to {want}")]
+    if kw == "minItems":
+        return [cause("FieldValueInvalid", field, f"Invalid value: {len(got)}: {field} in body "
+                                                  f"should have at least {want} items")]
+    if kw == "maxItems":
+        return [cause("FieldValueTooMany", field,
+                      f"Too many: {len(got)}: must have at most {want} items")]
+    if kw == "minLength":
+        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
+                                                  f"should be at least {want} chars long")]
+    if kw == "maxLength":
+        return [cause("FieldValueTooLong", field, f"Too long: may not be longer than {want}")]
+    return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {err.message}")]
+
+
+class SchemaValidator:
+    """A compiled openAPIV3Schema (metadata, apiVersion and kind are validated elsewhere)."""
+
+    def __init__(self, schema: Obj) -> None:
+        self.schema = schema
+        body = copy.deepcopy(schema)
+        for key in ROOT_SKIP:
+            (body.get("properties") or {}).pop(key, None)
+        self._validator = jsonschema.Draft4Validator(body)
+
+    def prepare(self, obj: Obj) -> Obj:
+        """Defaulted and pruned copy of ``obj``."""
+        return default_and_prune(copy.deepcopy(obj), self.schema, root=True)
+
+    def causes(self, obj: Obj) -> list[Obj]:
+        body = {k: v for k, v in obj.items() if k not in ROOT_SKIP}
+        out: list[Obj] = []
+        for err in self._validator.iter_errors(body):
+            out.extend(_translate(err))
+        return sorted(out, key=lambda c: c["field"])

@@ -1,0 +1,509 @@
+"""HTTP front of localkube: the Kubernetes REST paths, over a threaded HTTP/1.1 server.
+
+Plain ``http.server`` (one thread per connection, keep-alive) rather than a WSGI stack:
+watches need chunked streaming, and the fault injection needs the raw socket (to cut a
+stream mid-way, or to keep it open and silent).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from localkube import errors
+from localkube.errors import ApiError
+from localkube.objects import dumps
+from localkube.resources import ResourceType
+from localkube.selectors import parse_field_selector, parse_label_selector
+from localkube.store import Event, Obj
+
+if TYPE_CHECKING:
+    from localkube.core import LocalKube
+
+VERSION = {"major": "1", "minor": "24", "gitVersion": "v1.24.0-localkube",
+           "gitCommit": "localkube", "gitTreeState": "clean", "buildDate": "2022-05-03T13:38:19Z",
+           "goVersion": "go1.18.1", "compiler": "gc", "platform": "linux/amd64"}
+MAX_BODY = 3 * 1024 * 1024
+PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
+               "application/strategic-merge-patch+json": "merge",
+               "application/apply-patch+yaml": "apply"}
+BOOKMARK_EXTRA: dict[str, Obj] = {
+    "Namespace": {"spec": {}, "status": {}},
+    "Service": {"spec": {}, "status": {"loadBalancer": {}}},
+    "Lease": {"spec": {}},
+}
+
+
+class _Stream:
+    """What a watch loop must do next."""
+    EVENTS, BOOKMARK, TIMEOUT, EXPIRED, ABORT = range(5)
+
+
+class Server(ThreadingHTTPServer):
+    """Keeps track of open connections so ``stop`` can close idle keep-alive sockets too."""
+
+    daemon_threads = False
+    block_on_close = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], owner: LocalKube) -> None:
+        self.owner = owner
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            conns = list(self.connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the request log is ``LocalKube.requests``."""
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    # -- plumbing --------------------------------------------------------------------
+
+    @property
+    def kube(self) -> LocalKube:
+        return self.server.owner
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        status = 500
+        try:
+            raw = self._read_body()
+            if self.kube.unavailable:
+                raise errors.unavailable()
+            result = self._route(method, url.path, query, raw)
+            if result is None:  # a watch stream, already answered
+                return
+            status, body = result
+            self._send(status, body)
+        except ApiError as exc:
+            status = exc.code
+            self._send(status, exc.status())
+        except (ConnectionError, BrokenPipeError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in localkube: report it like the real server would
+            status = 500
+            self._send(500, ApiError(500, "InternalError",
+                                     f"localkube internal error: {type(exc).__name__}: {exc}",
+                                     {}).status())
+        finally:
+            if status != -1:
+                self.kube.requests.append((method, url.path, url.query, status))
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ApiError(413, "RequestEntityTooLarge",
+                           f"the request body of {length} bytes is larger than {MAX_BODY}", {})
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: Any) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(
+            body, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _decode(self, raw: bytes, *, yaml_ok: bool = False) -> Any:
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        try:
+            if yaml_ok or ctype in ("application/yaml", "application/apply-patch+yaml"):
+                return yaml.safe_load(raw or b"{}")
+            return json.loads(raw or b"{}")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise errors.bad_request(f"the request body is not valid JSON/YAML: {exc}") from exc
+
+    def _manager(self, query: dict[str, str]) -> str:
+        if query.get("fieldManager"):
+            return query["fieldManager"]
+        agent = self.headers.get("User-Agent") or "unknown"
+        return agent.split("/")[0][:128]
+
+    # -- routing ---------------------------------------------------------------------
+
+    def _route(self, method: str, path: str, query: dict[str, str],
+               raw: bytes) -> tuple[int, Any] | None:
+        parts = [p for p in path.split("/") if p]
+        if method == "GET":
+            simple = self._simple_get(parts)
+            if simple is not None:
+                return 200, simple
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {})
+        res, ns, name, sub = self._resolve(group, version, rest)
+        store = self.kube.store
+        dry = query.get("dryRun") == "All"
+        manager = self._manager(query)
+        if sub and (sub != "status" or not res.has_status or not name):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {})
+        if method == "GET" and name:
+            return 200, _out(res, store.get(res, ns, name))
+        if method == "GET":
+            if query.get("watch") in ("1", "true", "True"):
+                self._watch(res, ns, query)
+                return None
+            return 200, self._list(res, ns, query)
+        if method == "POST" and not name:
+            body = self._decode(raw)
+            if not isinstance(body, dict):
+                raise errors.bad_request("the request body must be an object")
+            return 201, _out(res, store.create(res, ns, body, manager=manager, dry_run=dry))
+        if method == "PUT" and name:
+            body = self._decode(raw)
+            if not isinstance(body, dict):
+                raise errors.bad_request("the request body must be an object")
+            return 200, _out(res, store.update(res, ns, name, body, manager=manager,
+                                          subresource=sub, dry_run=dry))
+        if method == "PATCH" and name:
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if ctype not in PATCH_TYPES:
+                raise errors.unsupported_media_type(ctype)
+            ptype = PATCH_TYPES[ctype]
+            body = self._decode(raw, yaml_ok=ptype == "apply")
+            obj, created = store.patch(
+                res, ns, name, ptype, body, manager=query.get("fieldManager", "")
+                if ptype == "apply" else manager, subresource=sub,
+                force=query.get("force") in ("true", "1"), dry_run=dry)
+            return (201 if created else 200), _out(res, obj)
+        if method == "DELETE" and name:
+            return self._delete(res, ns, name, query, raw, dry)
+        if method == "DELETE":
+            return self._delete_collection(res, ns, query)
+        raise errors.method_not_allowed()
+
+    def _simple_get(self, parts: list[str]) -> Any:
+        kube = self.kube
+        if parts in (["healthz"], ["readyz"], ["livez"]):
+            return b"ok"
+        if parts == ["version"]:
+            return VERSION
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server.server_address[0]}]}
+        if parts == ["apis"]:
+            groups = []
+            with kube.store.lock:
+                served = kube.store.table.group_versions()
+            for group, versions in sorted(served.items()):
+                if group:
+                    groups.append(_group(group, versions))
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if len(parts) == 2 and parts[0] == "apis":
+            with kube.store.lock:
+                versions = kube.store.table.group_versions().get(parts[1])
+            if versions:
+                return {"kind": "APIGroup", "apiVersion": "v1", **_group(parts[1], versions)}
+        gv = None
+        if len(parts) == 2 and parts[0] == "api":
+            gv = ("", parts[1])
+        elif len(parts) == 3 and parts[0] == "apis":
+            gv = (parts[1], parts[2])
+        if gv is not None:
+            with kube.store.lock:
+                resources = [r for r in kube.store.table.all() if (r.group, r.version) == gv]
+            if not resources:
+                raise ApiError(404, "NotFound",
+                               "the server could not find the requested resource", {})
+            return {"kind": "APIResourceList", "apiVersion": "v1",
+                    "groupVersion": f"{gv[0]}/{gv[1]}" if gv[0] else gv[1],
+                    "resources": [e for r in sorted(resources, key=lambda r: r.plural)
+                                  for e in r.discovery()]}
+        return None
+
+    def _resolve(self, group: str, version: str,
+                 rest: list[str]) -> tuple[ResourceType, str | None, str, str]:
+        table = self.kube.store.table
+        not_found = ApiError(404, "NotFound", "the server could not find the requested resource",
+                             {})
+        with self.kube.store.lock:
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                res = table.by_path(group, version, rest[2])
+                if res is not None and res.namespaced and len(rest) <= 5:
+                    return res, rest[1], (rest[3] if len(rest) > 3 else ""), \
+                        (rest[4] if len(rest) > 4 else "")
+            if not rest or len(rest) > 3:
+                raise not_found
+            res = table.by_path(group, version, rest[0])
+        if res is None or (res.namespaced and len(rest) > 1):
+            raise not_found
+        return res, None, (rest[1] if len(rest) > 1 else ""), (rest[2] if len(rest) > 2 else "")
+
+    # -- verbs -----------------------------------------------------------------------
+
+    def _list(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> bytes:
+        match = _matcher(res, query)
+        limit = int(query.get("limit") or 0)
+        start, list_rv = None, None
+        if query.get("continue"):
+            try:
+                token = json.loads(base64.urlsafe_b64decode(query["continue"].encode()))
+                start, list_rv = tuple(token["start"]), int(token["rv"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise errors.bad_request(f"invalid continue token: {exc}") from exc
+        items, rv, last, remaining = self.kube.store.list(res, ns, match, limit=limit,
+                                                          start_after=start)  # type: ignore
+        list_rv = list_rv or rv
+        meta: Obj = {"resourceVersion": str(list_rv)}
+        if last is not None:
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+                {"rv": list_rv, "start": list(last)}).encode()).decode()
+            if match is None:
+                meta["remainingItemCount"] = remaining
+        elif res.custom:
+            meta["continue"] = ""
+        if res.custom:
+            head = dumps({"apiVersion": res.api_version, "kind": res.list_kind}, True)[:-1]
+            body = ",".join(dumps(i, True) for i in items)
+            text = f'{head},"metadata":{dumps(meta, True)},"items":[{body}]}}'
+        else:
+            head = dumps({"kind": res.list_kind, "apiVersion": res.api_version,
+                          "metadata": meta}, False)[:-1]
+            body = ",".join(dumps({k: v for k, v in i.items() if k not in ("kind", "apiVersion")},
+                                  False) for i in items)
+            text = f'{head},"items":[{body}]}}'
+        return text.encode()
+
+    def _delete(self, res: ResourceType, ns: str | None, name: str, query: dict[str, str],
+                raw: bytes, dry: bool) -> tuple[int, Any]:
+        options = self._decode(raw) if raw else {}
+        if not isinstance(options, dict):
+            options = {}
+        pre = options.get("preconditions") or {}
+        propagation = options.get("propagationPolicy") or query.get("propagationPolicy") \
+            or ("Orphan" if options.get("orphanDependents") else "Background")
+        obj, gone = self.kube.store.delete(res, ns, name, uid=pre.get("uid"),
+                                           resource_version=pre.get("resourceVersion"),
+                                           propagation=propagation, dry_run=dry)
+        if gone and res.kind != "Namespace":
+            details: Obj = {"name": name}
+            if res.group:
+                details["group"] = res.group
+            details.update({"kind": res.plural, "uid": obj["metadata"].get("uid")})
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                         "status": "Success", "details": details}
+        return 200, _out(res, obj)
+
+    def _delete_collection(self, res: ResourceType, ns: str | None,
+                           query: dict[str, str]) -> tuple[int, Any]:
+        items, _, _, _ = self.kube.store.list(res, ns, _matcher(res, query))
+        for item in items:
+            meta = item["metadata"]
+            try:
+                self.kube.store.delete(res, meta.get("namespace"), meta["name"])
+            except ApiError:
+                continue
+        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+
+    # -- watch -----------------------------------------------------------------------
+
+    def _watch(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> None:
+        kube, store = self.kube, self.kube.store
+        label = parse_label_selector(query.get("labelSelector"))
+        field = parse_field_selector(query.get("fieldSelector"), res.kind)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        rv_param = query.get("resourceVersion") or ""
+        initial: list[bytes] = []
+        expired: ApiError | None = None
+        with store.lock:
+            epoch = kube.watch_epoch
+            if rv_param in ("", "0"):
+                pos = store.rv
+                items, _, _, _ = store.list(res, ns, _matcher(res, query))
+                initial = [_line("ADDED", i, res.custom) for i in items]
+            else:
+                try:
+                    pos = int(rv_param)
+                except ValueError as exc:
+                    raise errors.bad_request(
+                        f'invalid resource version "{rv_param}": must be an integer') from exc
+                if pos < store.first_rv - 1:
+                    expired = errors.expired(pos, store.first_rv - 1)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        kube.requests.append(("GET", urlsplit(self.path).path, urlsplit(self.path).query, 200))
+        try:
+            if expired is not None:
+                self._chunk(_line("ERROR", expired.status(), False))
+                self._chunk(b"")
+                return
+            for item_line in initial:
+                self._chunk(item_line)
+            self._stream(res, ns, label, field, pos, epoch, bookmarks, timeout)
+        except OSError:
+            self.close_connection = True
+
+    def _stream(self, res: ResourceType, ns: str | None, label: Any, field: Any, pos: int,
+                epoch: int, bookmarks: bool, timeout: float) -> None:
+        kube, store = self.kube, self.kube.store
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + kube.bookmark_interval
+        while True:
+            batch: list[Event] = []
+            with store.changed:
+                while True:
+                    now = time.monotonic()
+                    if kube.stopping or kube.watch_epoch != epoch:
+                        action = _Stream.ABORT
+                        break
+                    if not kube.hung:
+                        if now >= deadline:
+                            action = _Stream.TIMEOUT
+                            break
+                        found = store.events_after(pos)
+                        if found is None:
+                            action = _Stream.EXPIRED
+                            expired_at = store.first_rv - 1
+                            break
+                        if found:
+                            batch, action = found, _Stream.EVENTS
+                            break
+                        if bookmarks and now >= next_bookmark:
+                            action = _Stream.BOOKMARK
+                            break
+                        wake = min(deadline, next_bookmark) if bookmarks else deadline
+                    else:
+                        wake = now + 1.0
+                    store.changed.wait(max(0.005, wake - now))
+            if action == _Stream.ABORT:
+                self._abort()
+                return
+            if action == _Stream.TIMEOUT:
+                self._chunk(b"")
+                return
+            if action == _Stream.EXPIRED:
+                self._chunk(_line("ERROR", errors.expired(pos, expired_at).status(), False))
+                self._chunk(b"")
+                return
+            if action == _Stream.BOOKMARK:
+                self._chunk(_line("BOOKMARK", _bookmark(res, pos), res.custom))
+                next_bookmark = time.monotonic() + kube.bookmark_interval
+                continue
+            out = []
+            for event in batch:
+                line = _filter(event, res, ns, label, field)
+                if line is not None:
+                    out.append(line)
+            pos = batch[-1].rv
+            if out:
+                self._chunk(b"".join(out))
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _abort(self) -> None:
+        """Cut the connection mid-stream, with no terminating chunk (a broken watch)."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _group(group: str, versions: list[str]) -> Obj:
+    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+def _out(res: ResourceType, obj: Obj) -> bytes:
+    return dumps(obj, res.custom).encode()
+
+
+def _line(etype: str, obj: Obj, custom: bool) -> bytes:
+    return (dumps({"type": etype, "object": obj}, custom) + "\n").encode()
+
+
+def _bookmark(res: ResourceType, rv: int) -> Obj:
+    if res.custom:
+        return {"apiVersion": res.api_version, "kind": res.kind,
+                "metadata": {"resourceVersion": str(rv)}}
+    return {"kind": res.kind, "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(rv), "creationTimestamp": None},
+            **BOOKMARK_EXTRA.get(res.kind, {})}
+
+
+def _matcher(res: ResourceType, query: dict[str, str]) -> Any:
+    label = parse_label_selector(query.get("labelSelector"))
+    field = parse_field_selector(query.get("fieldSelector"), res.kind)
+    if label is None and field is None:
+        return None
+    return lambda obj: (label is None or label(obj)) and (field is None or field(obj))
+
+
+def _filter(event: Event, res: ResourceType, ns: str | None, label: Any,
+            field: Any) -> bytes | None:
+    """The line a watch sends for ``event``: selector transitions become ADDED/DELETED."""
+    if event.key != res.key or (ns and event.namespace != ns):
+        return None
+    if label is None and field is None:
+        return event.line()
+
+    def ok(obj: Obj | None) -> bool:
+        return obj is not None and (label is None or label(obj)) and \
+            (field is None or field(obj))
+
+    now_ok = ok(event.obj)
+    if event.type != "MODIFIED":
+        return event.line() if now_ok else None
+    was_ok = ok(event.prev)
+    if now_ok and was_ok:
+        return event.line()
+    if now_ok:
+        return _line("ADDED", event.obj, event.custom)
+    if was_ok and event.prev is not None:
+        gone = dict(event.prev)
+        gone["metadata"] = {**event.prev["metadata"], "resourceVersion": str(event.rv)}
+        return _line("DELETED", gone, event.custom)
+    return None

@@ -1,0 +1,297 @@
+"""Admission for built-in kinds: the defaults the real registry fills in, and its checks.
+
+Only what eventop's handlers can run into is modelled (names, labels, workload selectors,
+StatefulSet and PVC immutability, Secret data, immutable ConfigMaps/Secrets, Service
+cluster IPs, Namespace and PVC status). Messages are the real ones, so a test written
+against localkube reads the same text as on a cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import Any
+
+from localkube import errors
+from localkube.errors import ApiError, cause
+from localkube.resources import ResourceType
+
+Obj = dict[str, Any]
+
+DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
+DNS1035_LABEL = "[a-z]([-a-z0-9]*[a-z0-9])?"
+LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+
+MSG_SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                 "characters, '-' or '.', and must start and end with an alphanumeric "
+                 "character (e.g. 'example.com', regex used for validation is "
+                 f"'{DNS1123_SUBDOMAIN}')")
+MSG_LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+             "or '-', and must start and end with an alphanumeric character (e.g. 'my-name',"
+             f"  or '123-abc', regex used for validation is '{DNS1123_LABEL}')")
+MSG_1035 = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+            "start with an alphabetic character, and end with an alphanumeric character "
+            f"(e.g. 'my-name',  or 'abc-123', regex used for validation is '{DNS1035_LABEL}')")
+MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric "
+                   "characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                   "character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
+                   f"validation is '{LABEL_VALUE}')")
+MSG_QUALIFIED = ("name part must consist of alphanumeric characters, '-', '_' or '.', and "
+                 "must start and end with an alphanumeric character (e.g. 'MyName',  or "
+                 "'my.name',  or '123-abc', regex used for validation is "
+                 f"'{QUALIFIED_NAME}')")
+STS_MUTABLE = ("spec: Forbidden: updates to statefulset spec for fields other than "
+               "'replicas', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy'"
+               " and 'minReadySeconds' are forbidden")
+IMMUTABLE_SET = "Forbidden: field is immutable when `immutable` is set"
+MAX_DATA = 1024 * 1024
+
+
+def _q(value: Any) -> str:
+    return json.dumps(value)
+
+
+def validate_name(res: ResourceType, name: str) -> list[Obj]:
+    """metadata.name rules of the kind (label, DNS-1035 label or subdomain)."""
+    if res.kind == "Namespace":
+        regex, msg, limit = DNS1123_LABEL, MSG_LABEL, 63
+    elif res.kind == "Service":
+        regex, msg, limit = DNS1035_LABEL, MSG_1035, 63
+    else:
+        regex, msg, limit = DNS1123_SUBDOMAIN, MSG_SUBDOMAIN, 253
+    out = []
+    if len(name) > limit:
+        out.append(cause("FieldValueInvalid", "metadata.name",
+                         f"Invalid value: {_q(name)}: must be no more than {limit} characters"))
+    if not re.fullmatch(regex, name):
+        out.append(cause("FieldValueInvalid", "metadata.name",
+                         f"Invalid value: {_q(name)}: {msg}"))
+    return out
+
+
+def validate_labels(meta: Obj) -> list[Obj]:
+    out = []
+    for key, value in (meta.get("labels") or {}).items():
+        name = str(key).rpartition("/")[2]
+        if not name or len(name) > 63 or not re.fullmatch(QUALIFIED_NAME, name):
+            out.append(cause("FieldValueInvalid", "metadata.labels",
+                             f"Invalid value: {_q(key)}: {MSG_QUALIFIED}"))
+        if not isinstance(value, str):
+            out.append(cause("FieldValueInvalid", f"metadata.labels.{key}",
+                             f"Invalid value: {_q(value)}: label values must be strings"))
+            continue
+        if len(value) > 63:
+            out.append(cause("FieldValueInvalid", "metadata.labels",
+                             f"Invalid value: {_q(value)}: must be no more than 63 characters"))
+        if not re.fullmatch(LABEL_VALUE, value):
+            out.append(cause("FieldValueInvalid", "metadata.labels",
+                             f"Invalid value: {_q(value)}: {MSG_LABEL_VALUE}"))
+    return out
+
+
+def _go_map(labels: dict[str, str]) -> str:
+    inner = ", ".join(f"{_q(k)}:{_q(v)}" for k, v in sorted(labels.items()))
+    return f"map[string]string{{{inner}}}"
+
+
+def _selector_matches(selector: Obj, labels: dict[str, str]) -> bool:
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if (op == "In" and labels.get(key) not in values) or \
+                (op == "NotIn" and key in labels and labels[key] in values) or \
+                (op == "Exists" and key not in labels) or \
+                (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+def _workload(obj: Obj) -> list[Obj]:
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    if not selector:
+        return [cause("FieldValueRequired", "spec.selector", "Required value")]
+    if not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        return [cause("FieldValueInvalid", "spec.selector",
+                      "Invalid value: \"null\": empty selector is invalid for deployment")]
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not _selector_matches(selector, labels):
+        return [cause("FieldValueInvalid", "spec.template.metadata.labels",
+                      f"Invalid value: {_go_map(labels)}: `selector` does not match template "
+                      "`labels`")]
+    return []
+
+
+# -- PersistentVolumeClaim ------------------------------------------------------------------
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: Any) -> float:
+    """Bytes in a quantity such as ``10Gi``, ``500M``, ``1e3`` (0 if unparsable)."""
+    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(text).strip())
+    if not m:
+        return 0.0
+    number, suffix = float(m.group(1)), m.group(2)
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * 10 ** _DECIMAL[suffix]
+    return 0.0
+
+
+def _go_quantity(text: str) -> str:
+    m = re.fullmatch(r"([0-9]+)([a-zA-Z]*)", text.strip())
+    if m and m.group(2) in _BINARY:
+        value = int(m.group(1)) * _BINARY[m.group(2)]
+        return (f"{{i: resource.int64Amount{{value: {value}}}, s: {_q(text)}, "
+                f'Format: "BinarySI"}}')
+    if m and m.group(2) in _DECIMAL:
+        scale = _DECIMAL[m.group(2)]
+        amount = f"value: {int(m.group(1))}" + (f", scale: {scale}" if scale else "")
+        return f'{{i: resource.int64Amount{{{amount}}}, s: {_q(text)}, Format: "DecimalSI"}}'
+    return f'{{s: {_q(text)}}}'
+
+
+def _go_resource_list(prefix: str, indent: str, name: str, values: Obj | None) -> list[str]:
+    if not values:
+        return [f"{prefix}{indent}{name}: nil,"]
+    lines = [f"{prefix}{indent}{name}: core.ResourceList{{"]
+    for key in sorted(values):
+        lines.append(f"{prefix}{indent}\ts{_q(key)}: {_go_quantity(str(values[key]))},")
+    lines.append(f"{prefix}{indent}}},")
+    return lines
+
+
+def _pvc_diff(old: Obj, new: Obj) -> str:
+    """The go-cmp rendering the real server prints for a refused PVC spec change.
+
+    Exact for the common case (only ``resources.requests`` changed), approximate otherwise.
+    """
+    modes = old.get("accessModes")
+    modes_text = "{" + ", ".join(_q(m) for m in modes) + "}" if modes else "nil"
+    sel = "nil" if not old.get("selector") else "&v1.LabelSelector{...}"
+    sc = old.get("storageClassName")
+    res_old, res_new = old.get("resources") or {}, new.get("resources") or {}
+    lines = ["  core.PersistentVolumeClaimSpec{",
+             f"  \tAccessModes: {modes_text},",
+             f"  \tSelector:    {sel},",
+             "  \tResources: core.ResourceRequirements{"]
+    lines += _go_resource_list("  ", "\t\t", "Limits", res_old.get("limits"))
+    if res_old.get("requests") != res_new.get("requests"):
+        lines += _go_resource_list("- ", "\t\t", "Requests", res_old.get("requests"))
+        lines += _go_resource_list("+ ", "\t\t", "Requests", res_new.get("requests"))
+    else:
+        lines += _go_resource_list("  ", "\t\t", "Requests", res_old.get("requests"))
+    lines += ["  \t},",
+              f"  \tVolumeName:       {_q(old.get('volumeName', ''))},",
+              f"  \tStorageClassName: {'nil' if sc is None else '&' + _q(sc)},",
+              "  \t... // 3 identical fields",
+              "  }", ""]
+    return "\n".join(lines)
+
+
+def _pvc_update(old: Obj, new: Obj) -> list[Obj]:
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    bound = (old.get("status") or {}).get("phase") == "Bound"
+
+    def without_requests(spec: Obj) -> Obj:
+        out = json.loads(json.dumps(spec))
+        (out.get("resources") or {}).pop("requests", None)
+        if bound:
+            out.pop("volumeName", None)
+        return out
+
+    if old_spec == new_spec:
+        return []
+    if not bound or without_requests(old_spec) != without_requests(new_spec):
+        message = ("Forbidden: spec is immutable after creation except resources.requests "
+                   "for bound claims\n" + _pvc_diff(old_spec, new_spec))
+        return [cause("FieldValueForbidden", "spec", message)]
+    old_size = ((old_spec.get("resources") or {}).get("requests") or {}).get("storage")
+    new_size = ((new_spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if parse_quantity(new_size) < parse_quantity(old_size):
+        return [cause("FieldValueForbidden", "spec.resources.requests.storage",
+                      "Forbidden: field can not be less than previous value")]
+    return []
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+def _immutable_data(old: Obj, new: Obj) -> list[Obj]:
+    if not old.get("immutable"):
+        return []
+    out = []
+    if not new.get("immutable"):
+        out.append(cause("FieldValueForbidden", "immutable", IMMUTABLE_SET))
+    for key in ("data", "binaryData"):
+        if (old.get(key) or {}) != (new.get(key) or {}):
+            out.append(cause("FieldValueForbidden", key, IMMUTABLE_SET))
+    return out
+
+
+def _data_size(obj: Obj) -> list[Obj]:
+    size = sum(len(k) + len(str(v)) for key in ("data", "binaryData")
+               for k, v in (obj.get(key) or {}).items())
+    if size > MAX_DATA:
+        return [cause("FieldValueTooLong", "", f"Too long: must have at most {MAX_DATA} bytes")]
+    return []
+
+
+def prepare_secret(obj: Obj) -> None:
+    """Fold ``stringData`` into ``data`` and refuse values that are not base64.
+
+    The real server fails to decode such a body at all: 400 BadRequest.
+    """
+    obj.setdefault("type", "Opaque")
+    for key, value in (obj.get("data") or {}).items():
+        try:
+            base64.b64decode(str(value), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ApiError(400, "BadRequest",
+                           f'Secret in version "v1" cannot be handled as a Secret: illegal '
+                           f'base64 data in data["{key}"]: {exc}') from exc
+    string_data = obj.pop("stringData", None)
+    if string_data:
+        data = obj.setdefault("data", {})
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
+    """Raise 422 Invalid if ``new`` (replacing ``old``, None on create) breaks a rule."""
+    meta = new.get("metadata") or {}
+    causes: list[Obj] = []
+    if old is None:
+        causes += validate_name(res, str(meta.get("name", "")))
+    causes += validate_labels(meta)
+    kind = res.kind if res.group in ("", "apps") else ""
+    if kind in ("StatefulSet", "DaemonSet", "Deployment"):
+        causes += _workload(new)
+    if kind == "StatefulSet" and old is not None:
+        mutable = ("replicas", "template", "updateStrategy",
+                   "persistentVolumeClaimRetentionPolicy", "minReadySeconds")
+        strip = lambda s: {k: v for k, v in (s or {}).items() if k not in mutable}  # noqa: E731
+        if strip(old.get("spec")) != strip(new.get("spec")):
+            causes.append(cause("FieldValueForbidden", "spec", STS_MUTABLE[len("spec: "):]))
+    if kind == "PersistentVolumeClaim" and old is not None:
+        causes += _pvc_update(old, new)
+    if kind in ("ConfigMap", "Secret"):
+        causes += _data_size(new)
+        if old is not None:
+            causes += _immutable_data(old, new)
+    if kind == "Service" and old is not None:
+        old_ip = (old.get("spec") or {}).get("clusterIP")
+        new_ip = (new.get("spec") or {}).get("clusterIP")
+        if old_ip and new_ip != old_ip:
+            causes.append(cause("FieldValueInvalid", "spec.clusterIP",
+                                f"Invalid value: {_q(new_ip)}: field is immutable"))
+    if causes:
+        raise errors.invalid(res.kind, res.group, str(meta.get("name", "")), causes)

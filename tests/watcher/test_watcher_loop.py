@@ -1,0 +1,202 @@
+"""The list/watch loop fed with scripted (and recorded) API server answers.
+
+A scripted API server makes the rare cases exact and instant: the recorded 410 ERROR event of
+``watch-expired``, a line cut in half, a non-410 ERROR, a 410 on the watch request itself.
+The same behaviours are exercised through real HTTP in ``test_watcher_localkube.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube import Unavailable
+from kube.errors import Conflict
+from kube.resources import Resource, ResourceTable
+from watcher.delivery import Backoff, Deliverer, RetryPolicy
+from watcher.watch import DELETED_UNWATCHED, ResourceSpec, ResourceWatcher, WatchSettings
+
+REC = Path(__file__).resolve().parents[1] / "recordings"
+EXPIRED_LINE = (REC / "watch-expired" / "api_v1_configmaps.watch-from-rv1.jsonl").read_bytes()
+
+
+def cm(name: str, rv: int, uid: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "demo", "uid": uid or f"uid-{name}",
+                         "resourceVersion": str(rv)}, "data": {"v": str(rv)}}
+
+
+def line(wtype: str, obj: dict[str, Any]) -> bytes:
+    if wtype != "BOOKMARK":
+        obj = {"kind": "ConfigMap", "apiVersion": "v1", **obj}
+    return json.dumps({"type": wtype, "object": obj}).encode()
+
+
+def bookmark(rv: int) -> bytes:
+    return line("BOOKMARK", {"kind": "ConfigMap", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(rv)}})
+
+
+class ScriptedKube:
+    """Answers LISTs and watches from a script; records what was asked."""
+
+    host = "https://scripted:6443"
+
+    def __init__(self, lists: list[list[dict[str, Any]] | Exception],
+                 watches: list[list[bytes] | Exception]) -> None:
+        self.resources = ResourceTable()
+        self.lists = lists
+        self.watches = watches
+        self.list_queries: list[dict[str, Any]] = []
+        self.watch_queries: list[dict[str, Any]] = []
+        self.done = threading.Event()
+
+    def request(self, method: str, path: str, *, verb: str, query: Any = None,
+                timeout: Any = None, **_: Any) -> Any:
+        assert verb == "list", verb
+        q = dict(query or [])
+        self.list_queries.append(q)
+        item = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]  # last repeats
+        if isinstance(item, Exception):
+            raise item
+        rv = str(max([int(o["metadata"]["resourceVersion"]) for o in item] + [100]))
+        return {"kind": "ConfigMapList", "apiVersion": "v1",
+                "metadata": {"resourceVersion": rv}, "items": [dict(o) for o in item]}
+
+    def iter_watch(self, res: Resource, namespace: str | None, query: Any,
+                   timeout: Any) -> Iterator[bytes]:
+        self.watch_queries.append(dict(query))
+        if not self.watches:
+            self.done.set()
+            return (b for b in ())
+        item = self.watches.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return (b for b in item)
+
+
+@pytest.fixture
+def run_loop(sink):
+    started: list[tuple[ResourceWatcher, threading.Event, Deliverer]] = []
+
+    def run(kube: ScriptedKube, *, resync: float = 0.0, expect: int = 0) -> ResourceWatcher:
+        stop = threading.Event()
+        deliverer = Deliverer(sink.url, lanes=2, queue_size=10,
+                              policy=RetryPolicy(Backoff(0.01, 0.05), (1.0, 1.0))).start()
+        settings = WatchSettings(watch_timeout=5, read_timeout=1.0, connect_timeout=1.0,
+                                 resync_seconds=resync, backoff=Backoff(0.01, 0.05))
+        loop = ResourceWatcher(kube, ResourceSpec.parse("v1/configmaps@demo"),  # type: ignore[arg-type]
+                               deliverer, "test", settings, stop)
+        started.append((loop, stop, deliverer))
+        loop.start()
+        assert kube.done.wait(10), "the loop did not consume its script"
+        assert sink.wait_for(expect, 10)
+        assert deliverer.join(10)
+        return loop
+
+    yield run
+    for loop, stop, deliverer in started:
+        stop.set()
+        deliverer.stop()
+        loop.join(5)
+
+
+def changes(sink) -> list[str]:
+    return [f"{r.type.rsplit('.', 1)[1]} {r.id.split('/')[0]} {r.id.split('/')[1]}"
+            for r in sink.accepted]
+
+
+def of(sink, uid: str) -> list[str]:
+    """The changes of one object, in delivery order (guaranteed per object only)."""
+    return [c for c in changes(sink) if c.split()[1] == uid]
+
+
+def test_list_then_watch_from_the_list_version_with_bookmarks(sink, run_loop) -> None:
+    kube = ScriptedKube([[cm("a", 10), cm("b", 11)]],
+                        [[line("MODIFIED", cm("a", 12)), bookmark(15)]])
+    loop = run_loop(kube, expect=3)
+    assert sorted(changes(sink)) == ["add uid-a 10", "add uid-b 11", "update uid-a 12"]
+    assert of(sink, "uid-a") == ["add uid-a 10", "update uid-a 12"]
+    first, second = kube.watch_queries[:2]
+    assert first["resourceVersion"] == "100" and first["allowWatchBookmarks"] == "true"
+    assert second["resourceVersion"] == "15"  # resumed from the bookmark
+    assert loop.known == {"uid-a": ("12", "demo", "a"), "uid-b": ("11", "demo", "b")}
+
+
+def test_recorded_410_error_event_relists_and_emits_exactly_the_difference(
+        sink, run_loop, caplog: pytest.LogCaptureFixture) -> None:
+    kube = ScriptedKube(
+        [[cm("a", 10), cm("b", 11), cm("c", 12)],
+         [cm("a", 20), cm("c", 12), cm("d", 21)]],  # a changed, b gone, c same, d new
+        [[EXPIRED_LINE]])
+    with caplog.at_level(logging.WARNING, "eventop.watcher"):
+        run_loop(kube, expect=6)
+    assert len(kube.list_queries) == 2
+    assert sorted(changes(sink)) == ["add uid-a 10", "add uid-b 11", "add uid-c 12",
+                                     "add uid-d 21", "delete uid-b 11", "update uid-a 20"]
+    deleted = next(r for r in sink.accepted if r.type.endswith(".delete"))
+    data = json.loads(deleted.body)
+    assert data["kind"] == "ConfigMap" and data["metadata"]["name"] == "b"
+    assert data["metadata"]["annotations"] == {DELETED_UNWATCHED: "true"}
+    assert deleted.subject == "/apis/v1/namespaces/demo/configmaps/b"
+    assert "too old resource version" in caplog.text
+
+
+def test_http_410_on_the_watch_request_relists_too(sink, run_loop) -> None:
+    kube = ScriptedKube([[cm("a", 10)], [cm("a", 10)]],
+                        [Conflict("too old", status=410, reason="Expired")])
+    run_loop(kube, expect=1)
+    assert len(kube.list_queries) == 2
+    assert changes(sink) == ["add uid-a 10"]  # nothing changed: nothing more to say
+
+
+def test_truncated_line_resumes_from_the_last_change_without_loss(
+        sink, run_loop, caplog: pytest.LogCaptureFixture) -> None:
+    good = line("ADDED", cm("x", 31))
+    cut = line("MODIFIED", cm("x", 32))[:40]
+    kube = ScriptedKube([[]], [[good, cut], [line("MODIFIED", cm("x", 32))]])
+    with caplog.at_level(logging.WARNING, "eventop.watcher"):
+        run_loop(kube, expect=2)
+    assert kube.watch_queries[1]["resourceVersion"] == "31"
+    assert changes(sink) == ["add uid-x 31", "update uid-x 32"]
+    assert "undecodable watch line" in caplog.text
+
+
+def test_other_error_events_and_api_failures_are_retried_forever(
+        sink, run_loop, caplog: pytest.LogCaptureFixture) -> None:
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+              "reason": "InternalError", "message": "etcd leader changed"}
+    kube = ScriptedKube(
+        [Unavailable("list: Kubernetes API unreachable at x: refused"), [cm("a", 10)]],
+        [json.dumps({"type": "ERROR", "object": status}).encode().splitlines(),
+         Unavailable("watch: Kubernetes API unreachable at x: refused"),
+         [line("DELETED", cm("a", 40))]])
+    with caplog.at_level(logging.ERROR, "eventop.watcher"):
+        run_loop(kube, expect=2)
+    assert changes(sink) == ["add uid-a 10", "delete uid-a 40"]
+    assert [q["resourceVersion"] for q in kube.watch_queries[:3]] == ["100", "100", "100"]
+    assert "etcd leader changed" in caplog.text and "is the API server up" in caplog.text
+
+
+def test_periodic_resync_sends_every_object_again_as_update(sink, run_loop) -> None:
+    kube = ScriptedKube([[cm("a", 10)], [cm("a", 10), cm("b", 11)]], [])
+    kube.watches = [[]]  # one quiet watch, then the resync is due
+
+    def quiet(*args: Any, **kw: Any) -> Iterator[bytes]:
+        kube.watch_queries.append(dict(args[2]))
+        if len(kube.watch_queries) > 2:
+            kube.done.set()
+        time.sleep(0.3)
+        return (b for b in ())
+
+    kube.iter_watch = quiet  # type: ignore[method-assign]
+    run_loop(kube, resync=0.2, expect=3)
+    assert of(sink, "uid-a")[:2] == ["add uid-a 10", "update uid-a 10"]
+    assert of(sink, "uid-b")[:1] == ["add uid-b 11"]
+    assert set(of(sink, "uid-b")[1:]) <= {"update uid-b 11"}  # later resyncs, same ids

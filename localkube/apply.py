@@ -61,17 +61,21 @@ def _walk(value: Any, prefix: Path, out: set[Path], *, node: bool) -> None:
         if node:
             out.add(prefix)
         for key, sub in value.items():
-            _walk(sub, (*prefix, str(key)), out, node=True)
+            _walk(sub, (*prefix, str(key)), out, node=node)
     else:
         out.add(prefix)
 
 
-def field_paths(obj: Obj, scope: str, has_status: bool) -> set[Path]:
-    """Fields an object sets in ``scope`` ("main" or "status"), map nodes included."""
+def field_paths(obj: Obj, scope: str, has_status: bool, *, nodes: bool = True) -> set[Path]:
+    """Fields an object sets in ``scope`` ("main" or "status").
+
+    ``nodes``: include non-empty maps themselves (an Update that creates a map owns it, the
+    ``"."`` of FieldsV1); an Apply owns only the leaves it sets.
+    """
     out: set[Path] = set()
     if scope == "status":
         if "status" in obj:
-            _walk(obj["status"], ("status",), out, node=True)
+            _walk(obj["status"], ("status",), out, node=nodes)
         return out
     for key, value in obj.items():
         if key in ("apiVersion", "kind") or (key == "status" and has_status):
@@ -79,9 +83,9 @@ def field_paths(obj: Obj, scope: str, has_status: bool) -> set[Path]:
         if key == "metadata":
             for mkey in TRACKED_METADATA:
                 if isinstance(value, dict) and mkey in value:
-                    _walk(value[mkey], ("metadata", mkey), out, node=True)
+                    _walk(value[mkey], ("metadata", mkey), out, node=nodes)
             continue
-        _walk(value, (key,), out, node=True)
+        _walk(value, (key,), out, node=nodes)
     return out
 
 
@@ -117,6 +121,16 @@ def deep_merge(base: Any, config: Any) -> Any:
     return out
 
 
+def _drop_empty_parents(obj: Obj, path: Path, others: Managers, keep: set[Path]) -> None:
+    """Remove maps a removal left empty, unless someone still owns them."""
+    while len(path) >= 1 and path != ("metadata",):
+        value = get_path(obj, path)
+        if value != {} or path in keep or any(path in m.fields for m in others.values()):
+            return
+        delete_path(obj, path)
+        path = path[:-1]
+
+
 def _is_leaf(value: Any) -> bool:
     return not (isinstance(value, dict) and value)
 
@@ -147,7 +161,7 @@ def apply(old: Obj, applied: Obj, managers: Managers, *, manager: str, api_versi
     sub = "status" if scope == "status" else ""
     config = scoped_config(applied, scope, has_status)
     merged = deep_merge(old, config)
-    new_fields = field_paths(config, scope, has_status)
+    new_fields = field_paths(config, scope, has_status, nodes=False)
     key = (manager, "Apply", sub)
     previous = managers[key].fields if key in managers else set()
     others = {k: m for k, m in managers.items() if k != key}
@@ -155,6 +169,7 @@ def apply(old: Obj, applied: Obj, managers: Managers, *, manager: str, api_versi
     for path in sorted(previous - new_fields, key=len, reverse=True):
         if not any(_owns_at_or_below(m.fields, path) for m in others.values()):
             delete_path(merged, path)
+            _drop_empty_parents(merged, path[:-1], others, new_fields)
 
     conflicts: list[tuple[str, str]] = []
     taken: dict[tuple[str, str, str], set[Path]] = {}
@@ -240,7 +255,9 @@ def _sort(node: Obj) -> Obj:
 def render(managers: Managers) -> list[Obj]:
     """``metadata.managedFields`` as the real server shows it."""
     out = []
-    for mgr in managers.values():
+    ordered = sorted(managers.values(),
+                     key=lambda m: (m.operation, m.time, m.name, m.subresource))
+    for mgr in ordered:
         entry: Obj = {"manager": mgr.name, "operation": mgr.operation,
                       "apiVersion": mgr.api_version, "time": mgr.time,
                       "fieldsType": "FieldsV1", "fieldsV1": _render_fields(mgr.fields)}

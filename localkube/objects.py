@@ -43,3 +43,8 @@ def without_volatile(obj: Obj) -> Obj:
     meta = {k: v for k, v in (obj.get("metadata") or {}).items()
             if k not in ("resourceVersion", "managedFields")}
     return {**obj, "metadata": meta}
+
+
+def event_line(etype: str, obj: Obj, custom: bool) -> bytes:
+    """One watch event line; the envelope is ``type`` then ``object`` even for custom kinds."""
+    return f'{{"type":"{etype}","object":{dumps(obj, custom)}}}\n'.encode()

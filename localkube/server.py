@@ -21,7 +21,7 @@ import yaml
 
 from localkube import errors
 from localkube.errors import ApiError
-from localkube.objects import dumps
+from localkube.objects import dumps, event_line
 from localkube.resources import ResourceType
 from localkube.selectors import parse_field_selector, parse_label_selector
 from localkube.store import Event, Obj
@@ -303,10 +303,10 @@ class Handler(BaseHTTPRequestHandler):
                 meta["remainingItemCount"] = remaining
         elif res.custom:
             meta["continue"] = ""
-        if res.custom:
-            head = dumps({"apiVersion": res.api_version, "kind": res.list_kind}, True)[:-1]
+        if res.custom:  # unstructured: keys sorted, as the recordings show
             body = ",".join(dumps(i, True) for i in items)
-            text = f'{head},"metadata":{dumps(meta, True)},"items":[{body}]}}'
+            text = (f'{{"apiVersion":"{res.api_version}","items":[{body}],'
+                    f'"kind":"{res.list_kind}","metadata":{dumps(meta, True)}}}')
         else:
             head = dumps({"kind": res.list_kind, "apiVersion": res.api_version,
                           "metadata": meta}, False)[:-1]
@@ -462,7 +462,7 @@ def _out(res: ResourceType, obj: Obj) -> bytes:
 
 
 def _line(etype: str, obj: Obj, custom: bool) -> bytes:
-    return (dumps({"type": etype, "object": obj}, custom) + "\n").encode()
+    return event_line(etype, obj, custom)
 
 
 def _bookmark(res: ResourceType, rv: int) -> Obj:

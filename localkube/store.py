@@ -26,7 +26,7 @@ from typing import Any
 from localkube import apply as ssa
 from localkube import errors, validation
 from localkube.errors import ApiError
-from localkube.objects import canonical, dumps, now, without_volatile
+from localkube.objects import canonical, event_line, now, without_volatile
 from localkube.patches import json_patch, merge_patch
 from localkube.resources import ResourceTable, ResourceType, load_crd_dir
 from localkube.schema import SchemaValidator
@@ -73,8 +73,7 @@ class Event:
 
     def line(self) -> bytes:
         if self._line is None:
-            self._line = (dumps({"type": self.type, "object": self.obj}, self.custom)
-                          + "\n").encode()
+            self._line = event_line(self.type, self.obj, self.custom)
         return self._line
 
 

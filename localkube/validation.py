@@ -195,7 +195,12 @@ def _pvc_diff(old: Obj, new: Obj) -> str:
               f"  \tStorageClassName: {'nil' if sc is None else '&' + _q(sc)},",
               "  \t... // 3 identical fields",
               "  }", ""]
-    return "\n".join(lines)
+    # go-cmp marks its report with non-breaking spaces so it cannot be mistaken for code.
+    return "\n".join(_nbsp(line) for line in lines)
+
+
+def _nbsp(line: str) -> str:
+    return line[0].replace(" ", "\xa0") + "\xa0" + line[2:] if len(line) >= 2 else line
 
 
 def _pvc_update(old: Obj, new: Obj) -> list[Obj]:

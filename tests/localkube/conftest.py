@@ -1,0 +1,37 @@
+"""Fixtures for localkube's own tests: a fast-bookmarking server and a raw HTTP client.
+
+Most tests drive localkube through ``kube.Kube`` (the official client over HTTP); exact
+error bodies and watch lines are read with ``requests`` so nothing reshapes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kube import Kube
+from localkube import LocalKube
+from tests.localkube.support import REPO, Http
+
+
+@pytest.fixture
+def lk() -> Iterator[LocalKube]:
+    server = LocalKube(crd_dir=REPO / "crds", bookmark_interval=0.1)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def k(lk: LocalKube) -> Kube:
+    return Kube.connect(url=lk.url)
+
+
+@pytest.fixture
+def http(lk: LocalKube) -> Iterator[Http]:
+    client = Http(lk.url)
+    yield client
+    client.close()

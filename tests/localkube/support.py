@@ -1,0 +1,57 @@
+"""Helpers for localkube's tests: raw HTTP calls, watch readers, recordings, objects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDINGS = REPO / "tests" / "recordings"
+
+
+class Http:
+    """Raw calls against one localkube, returning (status, parsed body)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session = requests.Session()
+
+    def call(self, method: str, path: str, body: Any = None, *,
+             content_type: str = "application/json",
+             params: dict[str, str] | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body)
+        resp = self.session.request(method, self.url + path, data=data, params=params,
+                                    headers={"Content-Type": content_type}, timeout=10)
+        return resp.status_code, (resp.json() if resp.content else None)
+
+    def watch(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """Every event of a watch that ends by itself (give timeoutSeconds)."""
+        return [json.loads(line) for line in self.watch_lines(path, **params)]
+
+    def watch_lines(self, path: str, **params: Any) -> list[bytes]:
+        params = {"watch": "true", **{k: str(v) for k, v in params.items()}}
+        with self.session.get(self.url + path, params=params, stream=True, timeout=10) as resp:
+            assert resp.status_code == 200, resp.text
+            return [line for line in resp.iter_lines() if line]
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def recording(name: str) -> Any:
+    path = RECORDINGS / name
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(path.read_text())
+
+
+def cm(name: str, namespace: str = "default", data: dict[str, str] | None = None,
+       labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": data if data is not None else {"k": "v"}}

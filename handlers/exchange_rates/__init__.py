@@ -114,8 +114,12 @@ def exchange_rate_deleted(event: Event, kube: Any) -> str:
 @on(REFRESH_TYPE, PING_TYPE)
 def refresh_exchange_rates(event: Event, kube: Any) -> str:
     """Refresh every ExchangeRate in the cluster: one provider request per base currency."""
-    crs = [cr for cr in kube.list(API_VERSION, KIND)
-           if not cr["metadata"].get("deletionTimestamp")]
+    try:
+        listed = kube.list(API_VERSION, KIND)
+    except NotFound:
+        return ("the ExchangeRate CRD is not installed (kubectl apply -k crds/); "
+                "nothing to refresh")
+    crs = [cr for cr in listed if not cr["metadata"].get("deletionTimestamp")]
     groups: dict[str, list[Obj]] = {}
     results: list[Result] = []
     errors: list[str] = []

@@ -454,3 +454,18 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
     assert isinstance(outcome.error, RefreshIncomplete)
     assert "finance/a" in outcome.detail
     assert configmap(local_kube, "b")["data"]["rate"] == "0.8352"  # type: ignore[index]
+
+
+def test_refresh_without_the_crd_installed_is_not_an_error(
+        registry: Registry, kube: Any, requests_mock: rm.Mocker,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kube.errors import NotFound
+
+    def no_crd(*args: Any, **kwargs: Any) -> list[Obj]:
+        raise NotFound("the server could not find the requested resource")
+
+    monkeypatch.setattr(kube, "list", no_crd)
+    (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
+    assert outcome.ok
+    assert "CRD is not installed" in outcome.detail
+    assert requests_mock.call_count == 0

@@ -1,0 +1,248 @@
+"""The watcher against the local API server, through real HTTP, with failures injected.
+
+Each test watches ConfigMaps labelled ``test=watcher`` in namespace ``demo`` (so the
+``kube-root-ca.crt`` the local server publishes stays out of the way) and checks what the
+sink received: every change exactly once (ids ``<uid>/<rv>/<change>``), in order per object.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube import Kube
+from watcher.delivery import Backoff, Deliverer, RetryPolicy
+from watcher.watch import ResourceSpec, Watcher, WatchSettings
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = "v1/configmaps@demo:test=watcher"
+
+
+def cm(name: str, value: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "demo", "labels": {"test": "watcher"}},
+            "data": {"value": value}}
+
+
+def event_id(change: str, obj: dict[str, Any]) -> str:
+    return f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}/{change}"
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def watch_requests(local_kube: Any) -> list[str]:
+    return [q for m, p, q, _ in list(local_kube.requests)
+            if p.endswith("/configmaps") and "watch=true" in q]
+
+
+def list_requests(local_kube: Any, *, pages: bool = False) -> list[str]:
+    """LIST requests made (first pages only, unless ``pages``)."""
+    return [q for m, p, q, _ in list(local_kube.requests)
+            if p.endswith("/configmaps") and "watch=" not in q
+            and (pages or "continue=" not in q)]
+
+
+@pytest.fixture
+def start_watcher(local_kube, sink) -> Iterator[Callable[..., Watcher]]:
+    watchers: list[Watcher] = []
+
+    def start(*, queue_size: int = 100, lanes: int = 4, read_timeout: float = 1.5,
+              resync: float = 0.0, url: str | None = None) -> Watcher:
+        kube = Kube.connect(url=url or local_kube.url)
+        deliverer = Deliverer(sink.url, lanes=lanes, queue_size=queue_size,
+                              policy=RetryPolicy(Backoff(0.02, 0.2), timeout=(1.0, 1.0)))
+        settings = WatchSettings(watch_timeout=30, read_timeout=read_timeout,
+                                 connect_timeout=1.0, resync_seconds=resync, page_size=2,
+                                 backoff=Backoff(0.05, 0.3))
+        w = Watcher(kube, [ResourceSpec.parse(SPEC)], deliverer, settings=settings,
+                    source="http://test").start()
+        watchers.append(w)
+        return w
+
+    yield start
+    for w in watchers:
+        w.stop()
+
+
+def test_list_then_watch_sends_every_change_once_in_order(local_kube, sink, start_watcher):
+    before = [local_kube.put(cm(f"pre-{i}", "0")) for i in range(5)]  # 3 LIST pages of 2
+    w = start_watcher()
+    assert w.wait_synced(10)
+    v1 = local_kube.put(cm("pre-0", "1"))
+    new = local_kube.put(cm("fresh", "0"))
+    local_kube.remove("v1", "ConfigMap", "pre-1", "demo")
+    gone = {**before[1], "metadata": {**before[1]["metadata"]}}
+    expected = [event_id("add", o) for o in before] + [
+        event_id("update", v1), event_id("add", new)]
+    assert sink.wait_for(len(expected) + 1)
+    ids = sink.ids()
+    assert set(expected) <= set(ids) and len(ids) == len(set(ids)) == 8
+    delete = next(r for r in sink.accepted if r.type.endswith(".delete"))
+    assert delete.id.startswith(gone["metadata"]["uid"] + "/")
+    assert delete.subject == "/apis/v1/namespaces/demo/configmaps/pre-1"
+    assert delete.headers["ce-source"] == "http://test"
+    assert len(list_requests(local_kube)) == 1
+    assert len(list_requests(local_kube, pages=True)) == 3  # 5 objects, pages of 2
+
+
+def test_disconnect_mid_stream_resumes_without_duplicate_or_gap(local_kube, sink,
+                                                               start_watcher):
+    w = start_watcher()
+    assert w.wait_synced(10)
+    expected = []
+    for i in range(12):
+        expected.append(event_id("add" if i == 0 else "update",
+                                 local_kube.put(cm("counter", str(i)))))
+        if i % 3 == 1:
+            local_kube.break_watches()
+            time.sleep(0.05)
+    assert sink.wait_for(12)
+    time.sleep(0.3)  # a duplicate would arrive now
+    assert sink.ids() == expected
+    assert len(list_requests(local_kube)) == 1  # resumed, never re-listed
+    resumed = watch_requests(local_kube)[1:]
+    assert len(resumed) >= 4
+    assert all("resourceVersion=" in q and "resourceVersion=&" not in q for q in resumed)
+
+
+def test_expired_history_relists_and_emits_exactly_the_difference(local_kube, sink,
+                                                                  start_watcher, caplog):
+    objs = {n: local_kube.put(cm(n, "0")) for n in ("a", "b", "c")}
+    w = start_watcher()
+    assert sink.wait_for(3)
+    local_kube.set_unavailable(True)  # the watcher loses its watch and cannot come back yet
+    a2 = local_kube.put(cm("a", "1"))
+    local_kube.remove("v1", "ConfigMap", "b", "demo")
+    d = local_kube.put(cm("d", "0"))
+    local_kube.compact()  # the history it would resume from is gone: 410 Expired
+    with caplog.at_level(logging.WARNING, "eventop.watcher"):
+        local_kube.set_unavailable(False)
+        assert sink.wait_for(6)
+        time.sleep(0.3)
+    after = sink.ids()[3:]
+    assert sorted(after) == sorted([
+        event_id("update", a2), event_id("add", d),
+        f"{objs['b']['metadata']['uid']}/{objs['b']['metadata']['resourceVersion']}/delete"])
+    assert len(list_requests(local_kube)) == 2
+    assert "watch history expired" in caplog.text
+    assert w.loops[0].known.keys() == {objs["a"]["metadata"]["uid"],
+                                       objs["c"]["metadata"]["uid"], d["metadata"]["uid"]}
+
+
+def test_hung_watch_is_detected_by_the_client_read_timeout(local_kube, sink, start_watcher,
+                                                          caplog):
+    start_watcher(read_timeout=1.2)
+    assert wait_until(lambda: len(watch_requests(local_kube)) == 1)
+    opened = 1
+    with caplog.at_level(logging.WARNING, "eventop.watcher"):
+        local_kube.hang_watches(True)
+        obj = local_kube.put(cm("x", "1"))
+        assert wait_until(lambda: len(watch_requests(local_kube)) > opened, 10)
+        local_kube.hang_watches(False)
+        assert sink.wait_for(1)
+    assert "the watch looks hung" in caplog.text
+    time.sleep(0.3)
+    assert sink.ids() == [event_id("add", obj)]
+
+
+def test_sink_down_for_a_while_then_every_event_delivered_in_object_order(
+        local_kube, sink, start_watcher):
+    w = start_watcher()
+    assert w.wait_synced(10)
+    port = sink.port
+    sink.down()
+    expected: dict[str, list[str]] = {}
+    for i in range(8):
+        for name in ("p", "q", "r"):
+            obj = local_kube.put(cm(name, str(i)))
+            expected.setdefault(name, []).append(event_id("add" if i == 0 else "update", obj))
+    time.sleep(1.0)
+    sink.port = port
+    sink.start()
+    assert sink.wait_for(24)
+    time.sleep(0.3)
+    ids = sink.ids()
+    assert len(ids) == 24
+    for name, want in expected.items():
+        assert [i for i in ids if i in set(want)] == want, name
+
+
+def test_back_pressure_stops_reading_and_resumes_without_dropping(local_kube, sink,
+                                                                 start_watcher, caplog):
+    w = start_watcher(queue_size=2, lanes=1, read_timeout=1.0)
+    assert w.wait_synced(10)
+    port = sink.port
+    sink.down()
+    with caplog.at_level(logging.WARNING, "eventop.watcher"):
+        expected = [event_id("add" if i == 0 else "update", local_kube.put(cm("bp", str(i))))
+                    for i in range(10)]
+        time.sleep(2.0)  # longer than the read timeout: the watch gives up its stream
+        assert w.deliverer.pending == 2
+        sink.port = port
+        sink.start()
+        assert sink.wait_for(10)
+    time.sleep(0.3)
+    assert sink.ids() == expected
+    assert "the sink is slow" in caplog.text
+
+
+def test_unavailable_api_server_is_retried_until_it_answers(local_kube, sink, start_watcher,
+                                                           caplog):
+    local_kube.set_unavailable(True)
+    obj = local_kube.put(cm("early", "0"))
+    with caplog.at_level(logging.ERROR, "eventop.watcher"):
+        w = start_watcher()
+        assert wait_until(lambda: "retrying in" in caplog.text, 10)
+        local_kube.set_unavailable(False)
+        assert w.wait_synced(10)
+    assert sink.wait_for(1)
+    assert sink.ids() == [event_id("add", obj)]
+
+
+def test_unreachable_api_server_is_logged_clearly(start_watcher, caplog):
+    with caplog.at_level(logging.ERROR, "eventop.watcher"):
+        w = start_watcher(url="http://127.0.0.1:9")
+        assert wait_until(lambda: "is the API server up" in caplog.text, 10)
+    assert not w.loops[0].synced.is_set()
+
+
+def test_resync_sends_every_object_again_with_its_own_id(local_kube, sink, start_watcher):
+    obj = local_kube.put(cm("steady", "0"))
+    start_watcher(resync=0.5)
+    assert sink.wait_for(2)
+    assert sink.ids()[:2] == [event_id("add", obj), event_id("update", obj)]
+
+
+def test_run_command_watches_and_exits_cleanly_on_sigterm(local_kube, sink):
+    obj = local_kube.put(cm("cli", "0"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "K_SINK": sink.url,
+           "EVENTOP_RESOURCES": SPEC, "EVENTOP_KUBE_URL": local_kube.url,
+           "EVENTOP_METRICS_PORT": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "watcher", "run", "--read-timeout", "2"],
+                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert sink.wait_for(1, 30)
+        later = local_kube.put(cm("cli", "1"))
+        assert sink.wait_for(2, 10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert sink.ids() == [event_id("add", obj), event_id("update", later)]
+    assert '"level": "info"' in err and "watching v1/configmaps@demo" in err

@@ -1,0 +1,176 @@
+"""RegistryMirror scenarios against a real API server (``pytest -m cluster``).
+
+What only a real cluster shows: the API server's own validation and defaulting of every
+generated object (server-side apply), its answer to a PVC resize (granted where the claim is
+bound and the class expands, else 422/403 reported in a condition), and the garbage
+collector removing everything owned by a deleted mirror. The router runs on this machine
+(``cluster_pipeline``). Each test works in its own namespace and deletes it afterwards;
+hostPorts are drawn at random so parallel runs and other mirrors on the cluster do not
+collide. Pods are not waited for: whether nginx and registry images can be pulled is the
+cluster's business, not this suite's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from handlers.mirrors.build import Names
+from kube.errors import KubeError
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+RM = ("eventop.dev/v1", "RegistryMirror")
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def pipeline_env() -> dict[str, str]:
+    return {"EVENTOP_BUILTIN_HANDLERS": "mirrors"}
+
+
+def ensure_crd(pipe: Any) -> None:
+    crd = yaml.safe_load((REPO / "crds" / "registrymirrors.yaml").read_text())
+    pipe.world.apply(crd)
+
+    def established() -> bool:
+        got = pipe.world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                             crd["metadata"]["name"])
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (got.get("status") or {}).get("conditions") or [])
+    pipe.wait_for(established, what="CRD registrymirrors.eventop.dev Established")
+
+
+@pytest.fixture
+def namespace(cluster_pipeline: Any) -> Iterator[str]:
+    ensure_crd(cluster_pipeline)
+    name = f"eventop-test-mirrors-{uuid.uuid4().hex[:8]}"
+    # the node proxy's hostPort is refused by Pod Security baseline/restricted
+    cluster_pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": name, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(KeyError, KubeError):
+            cluster_pipeline.world.delete("v1", "Namespace", name)
+
+
+def free_port() -> int:
+    return random.randint(20000, 29999)
+
+
+def mirror(name: str, namespace: str, **spec: Any) -> Obj:
+    spec.setdefault("upstream", "https://registry-1.docker.io")
+    return {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def put_and_post(pipe: Any, obj: Obj, change: str = "add") -> Obj:
+    stored: Obj = pipe.world_put(obj)
+    assert pipe.post(change, stored) in (200, 202)
+    return stored
+
+
+def owned(pipe: Any, name: str, namespace: str) -> dict[str, Obj | None]:
+    names = Names.of(name)
+    get = pipe.kube.get_or_none
+    return {
+        "pvc": get("v1", "PersistentVolumeClaim", names.pvc, namespace),
+        "headless": get("v1", "Service", names.headless_service, namespace),
+        "service": get("v1", "Service", names.service, namespace),
+        "sts": get("apps/v1", "StatefulSet", names.statefulset, namespace),
+        "ds": get("apps/v1", "DaemonSet", names.daemonset, namespace),
+    }
+
+
+def condition(pipe: Any, name: str, namespace: str, type_: str) -> Obj:
+    status = pipe.kube.get(*RM, name, namespace).get("status") or {}
+    return next(c for c in status.get("conditions") or [] if c["type"] == type_)
+
+
+def test_mirror_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: str) -> None:
+    pipe = cluster_pipeline
+    port = free_port()
+    stored = put_and_post(pipe, mirror("hub", namespace, hostPort=port,
+                                       storage={"size": "1Gi"}))
+    objs = owned(pipe, "hub", namespace)
+    assert all(objs.values()), {k: v is not None for k, v in objs.items()}
+    for obj in objs.values():
+        assert obj is not None
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
+    headless = objs["headless"]
+    assert headless is not None and headless["spec"]["clusterIP"] == "None"
+    service = objs["service"]
+    assert service is not None and service["spec"]["clusterIP"] not in ("", "None")
+    status = pipe.kube.get(*RM, "hub", namespace)["status"]
+    assert status["endpoint"] == f"localhost:{port}"
+    assert status["observedGeneration"] == 1
+    assert condition(pipe, "hub", namespace, "Degraded")["status"] == "False"
+
+    # the workloads' own events refresh the status without errors
+    sts = pipe.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
+    assert pipe.post("update", sts) in (200, 202)
+
+    # a second event changes nothing: the real API server treats the applies as no-ops
+    rvs = {k: v["metadata"]["resourceVersion"] for k, v in owned(pipe, "hub", namespace).items()
+           if v is not None and k not in ("sts", "ds")}  # controllers write their status
+    assert pipe.post("update", pipe.kube.get(*RM, "hub", namespace)) in (200, 202)
+    assert {k: v["metadata"]["resourceVersion"] for k, v in owned(
+        pipe, "hub", namespace).items() if v is not None and k not in ("sts", "ds")} == rvs
+
+    # grown: resized where the cluster can, else the server's refusal is in the condition
+    grown = mirror("hub", namespace, hostPort=port, storage={"size": "2Gi"},
+                   upstream="https://mirror.gcr.io")
+    put_and_post(pipe, grown, "update")
+    pvc = pipe.kube.get("v1", "PersistentVolumeClaim", Names.of("hub").pvc, namespace)
+    degraded = condition(pipe, "hub", namespace, "Degraded")
+    if pvc["spec"]["resources"]["requests"]["storage"] != "2Gi":
+        assert (degraded["status"], degraded["reason"]) == ("True", "ResizeRefused")
+        assert "PersistentVolumeClaim" in degraded["message"]
+    sts = pipe.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
+    env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0][
+        "env"]}
+    assert env["REGISTRY_PROXY_REMOTEURL"] == "https://mirror.gcr.io"
+
+    # deleted: the garbage collector removes everything it owned
+    last = pipe.kube.get(*RM, "hub", namespace)
+    pipe.world_remove(*RM, "hub", namespace)
+    assert pipe.post("delete", last) in (200, 202)
+    pipe.wait_for(lambda: not any(v is not None for k, v in owned(pipe, "hub", namespace).items()
+                                  if k != "pvc"),
+                  timeout=120, what="objects of the deleted mirror garbage-collected")
+
+
+def test_host_port_conflict_and_missing_secret_on_a_real_cluster(
+        cluster_pipeline: Any, namespace: str) -> None:
+    pipe = cluster_pipeline
+    port = free_port()
+    put_and_post(pipe, mirror("first", namespace, hostPort=port))
+    put_and_post(pipe, mirror("second", namespace, hostPort=port, upstream="https://quay.io"))
+    degraded = condition(pipe, "second", namespace, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
+    assert not any(owned(pipe, "second", namespace).values())
+    events = [e for e in pipe.kube.list("v1", "Event", namespace)
+              if e["involvedObject"].get("name") == "second"]
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "HostPortConflict")]
+
+    put_and_post(pipe, mirror("private", namespace, hostPort=free_port(),
+                              upstream="https://registry.example.com",
+                              credentialsSecretRef={"name": "nope"}))
+    degraded = condition(pipe, "private", namespace, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "CredentialsSecretMissing")
+    secret = pipe.world_put({"apiVersion": "v1", "kind": "Secret", "type":
+                             "kubernetes.io/basic-auth",
+                             "metadata": {"name": "nope", "namespace": namespace},
+                             "stringData": {"username": "u", "password": "p"}})
+    assert pipe.post("add", secret) in (200, 202)
+    assert condition(pipe, "private", namespace, "Degraded")["status"] == "False"
+    assert all(owned(pipe, "private", namespace).values())

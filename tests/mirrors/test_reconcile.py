@@ -1,0 +1,361 @@
+"""The RegistryMirror handlers against the local API server (over HTTP, real client paths)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from handlers.events import REF_PREFIX, Event
+from handlers.mirrors import on_credentials_secret, on_mirror_workload, on_registry_mirror
+from handlers.mirrors.build import Names
+from kube import Kube
+
+Obj = dict[str, Any]
+NS = "registry-mirrors"
+REPO = Path(__file__).resolve().parents[2]
+OWNED_KINDS = (("v1", "PersistentVolumeClaim"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
+               ("apps/v1", "DaemonSet"))
+
+
+def new_mirror(name: str, **spec: Any) -> Obj:
+    spec.setdefault("upstream", "https://registry-1.docker.io")
+    return {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+@pytest.fixture
+def world(local_kube: Any) -> Any:
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return local_kube
+
+
+def put(world: Any, obj: Obj) -> Obj:
+    stored: Obj = world.put(copy.deepcopy(obj))
+    return stored
+
+
+def mirror_event(world: Any, kube: Kube, name: str, change: str = "update") -> str | None:
+    obj = world.get("eventop.dev/v1", "RegistryMirror", name, NS)
+    if obj is None:  # deleted: the event carries its last state
+        obj = {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
+               "metadata": {"name": name, "namespace": NS}}
+    return on_registry_mirror(Event.for_object(change, obj), kube)
+
+
+def owned_objects(world: Any, name: str) -> dict[tuple[str, str], Obj]:
+    out = {}
+    for api_version, kind in OWNED_KINDS:
+        for obj in world.list(api_version, kind, NS):
+            labels = obj["metadata"].get("labels") or {}
+            if labels.get("app.kubernetes.io/instance") == name:
+                out[(kind, obj["metadata"]["name"])] = obj
+    return out
+
+
+def status_of(world: Any, name: str) -> Obj:
+    status: Obj = world.get("eventop.dev/v1", "RegistryMirror", name, NS).get("status") or {}
+    return status
+
+
+def condition(world: Any, name: str, type_: str) -> Obj:
+    return next(c for c in status_of(world, name).get("conditions", []) if c["type"] == type_)
+
+
+def events_about(world: Any, name: str) -> list[Obj]:
+    return [e for e in world.list("v1", "Event", NS)
+            if e["involvedObject"].get("name") == name
+            and e["involvedObject"].get("kind") == "RegistryMirror"]
+
+
+def env(sts: Obj) -> dict[str, Obj]:
+    return {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def sts_of(world: Any, name: str) -> Obj | None:
+    found: Obj | None = world.get("apps/v1", "StatefulSet", Names.of(name).statefulset, NS)
+    return found
+
+
+def pvc_size(world: Any, name: str) -> str:
+    pvc = world.get("v1", "PersistentVolumeClaim", Names.of(name).pvc, NS)
+    return str(pvc["spec"]["resources"]["requests"]["storage"])
+
+
+def mark_workloads_ready(world: Any, kube: Kube, name: str, nodes: int = 2) -> None:
+    """Play the StatefulSet and DaemonSet controllers, and send their update events."""
+    names = Names.of(name)
+    sts = world.get("apps/v1", "StatefulSet", names.statefulset, NS)
+    sts["status"] = {"observedGeneration": sts["metadata"]["generation"], "replicas": 1,
+                     "readyReplicas": 1, "availableReplicas": 1}
+    sts = world.put(sts)
+    on_mirror_workload(Event.for_object("update", sts), kube)
+    ds = world.get("apps/v1", "DaemonSet", names.daemonset, NS)
+    ds["status"] = {"observedGeneration": ds["metadata"]["generation"],
+                    "desiredNumberScheduled": nodes, "currentNumberScheduled": nodes,
+                    "numberReady": nodes, "numberMisscheduled": 0}
+    ds = world.put(ds)
+    on_mirror_workload(Event.for_object("update", ds), kube)
+
+
+# -- creation, status, updates ------------------------------------------------------------
+
+
+def test_a_new_mirror_gets_its_five_objects_and_a_status(world: Any, kube: Kube) -> None:
+    mirror = put(world, new_mirror("docker-hub", hostPort=5001, storage={"size": "20Gi"}))
+    mirror_event(world, kube, "docker-hub", "add")
+    objs = owned_objects(world, "docker-hub")
+    assert sorted(objs) == [
+        ("DaemonSet", "mirror-docker-hub-node"),
+        ("PersistentVolumeClaim", "mirror-docker-hub-cache"),
+        ("Service", "mirror-docker-hub"), ("Service", "mirror-docker-hub-hl"),
+        ("StatefulSet", "mirror-docker-hub")]
+    for obj in objs.values():
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == mirror["metadata"]["uid"]
+    assert env(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
+        "https://registry-1.docker.io"
+    assert pvc_size(world, "docker-hub") == "20Gi"
+    status = status_of(world, "docker-hub")
+    assert status["endpoint"] == "localhost:5001"
+    assert status["serviceURL"] == "http://mirror-docker-hub.registry-mirrors.svc.cluster.local:5000"
+    assert status["observedGeneration"] == mirror["metadata"]["generation"]
+    assert condition(world, "docker-hub", "Degraded")["status"] == "False"
+    ready = condition(world, "docker-hub", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RegistryNotReady")
+
+
+def test_ready_follows_the_workloads_own_status(world: Any, kube: Kube) -> None:
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, kube, "quay", "add")
+    mark_workloads_ready(world, kube, "quay", nodes=3)
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Available")
+    assert "3 node(s)" in ready["message"]
+    # a node proxy goes unready
+    ds = world.get("apps/v1", "DaemonSet", Names.of("quay").daemonset, NS)
+    ds["status"]["numberReady"] = 2
+    on_mirror_workload(Event.for_object("update", world.put(ds)), kube)
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NodeProxyNotReady")
+
+
+def test_a_second_reconcile_writes_nothing(world: Any, kube: Kube) -> None:
+    put(world, new_mirror("docker-hub", hostPort=5001))
+    mirror_event(world, kube, "docker-hub", "add")
+    mark_workloads_ready(world, kube, "docker-hub")
+    before = {k: o["metadata"]["resourceVersion"] for k, o in owned_objects(
+        world, "docker-hub").items()}
+    mirror_rv = world.get("eventop.dev/v1", "RegistryMirror", "docker-hub", NS)[
+        "metadata"]["resourceVersion"]
+    seen = len(world.requests)
+    mirror_event(world, kube, "docker-hub")
+    after = {k: o["metadata"]["resourceVersion"] for k, o in owned_objects(
+        world, "docker-hub").items()}
+    assert after == before
+    assert world.get("eventop.dev/v1", "RegistryMirror", "docker-hub", NS)[
+        "metadata"]["resourceVersion"] == mirror_rv
+    new_requests = world.requests[seen:]
+    assert new_requests
+    assert not [r for r in new_requests if r[0] in ("POST", "PUT", "DELETE")]
+    assert not [r for r in new_requests if r[0] == "PATCH" and r[1].endswith("/status")]
+
+
+def test_spec_changes_update_the_objects_in_place(world: Any, kube: Kube) -> None:
+    mirror = put(world, new_mirror("internal", upstream="https://old.example.com",
+                                   hostPort=5010))
+    mirror_event(world, kube, "internal", "add")
+    uids = {k: o["metadata"]["uid"] for k, o in owned_objects(world, "internal").items()}
+    mirror["spec"].update(upstream="https://registry.example.com", hostPort=5011, ttl="0")
+    put(world, mirror)
+    mirror_event(world, kube, "internal")
+    objs = owned_objects(world, "internal")
+    assert {k: o["metadata"]["uid"] for k, o in objs.items()} == uids
+    sts_env = env(sts_of(world, "internal"))
+    assert sts_env["REGISTRY_PROXY_REMOTEURL"]["value"] == "https://registry.example.com"
+    assert sts_env["REGISTRY_STORAGE_DELETE_ENABLED"]["value"] == "false"
+    ds = objs[("DaemonSet", "mirror-internal-node")]
+    assert ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] == 5011
+    assert status_of(world, "internal")["endpoint"] == "localhost:5011"
+    assert status_of(world, "internal")["observedGeneration"] == 2
+
+
+def test_reference_mode_events_reconcile_too(world: Any, kube: Kube) -> None:
+    put(world, new_mirror("gcr", upstream="https://gcr.io", hostPort=5003))
+    ref = Event(id="1", type=REF_PREFIX + "add", source="test",
+                data={"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror", "name": "gcr",
+                      "namespace": NS})
+    on_registry_mirror(ref, kube)
+    assert len(owned_objects(world, "gcr")) == 5
+    ds_name = Names.of("gcr").daemonset
+    ds_ref = Event(id="2", type=REF_PREFIX + "update", source="test",
+                   data={"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds_name,
+                         "namespace": NS})
+    assert "status" in str(on_mirror_workload(ds_ref, kube))
+
+
+def test_a_workload_deleted_by_hand_is_recreated(world: Any, kube: Kube) -> None:
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, kube, "quay", "add")
+    sts = sts_of(world, "quay")
+    assert sts is not None
+    world.remove("apps/v1", "StatefulSet", sts["metadata"]["name"], NS)
+    on_mirror_workload(Event.for_object("delete", sts), kube)
+    recreated = sts_of(world, "quay")
+    assert recreated is not None and recreated["metadata"]["uid"] != sts["metadata"]["uid"]
+
+
+def test_events_for_a_mirror_that_is_gone_do_nothing(world: Any, kube: Kube) -> None:
+    result = mirror_event(world, kube, "never-existed", "delete")
+    assert "gone" in str(result)
+    assert owned_objects(world, "never-existed") == {}
+
+
+def test_workloads_not_owned_by_a_mirror_are_ignored(world: Any, kube: Kube) -> None:
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "other", "namespace": NS,
+                        "labels": {"app.kubernetes.io/managed-by": "eventop"}}}
+    assert on_mirror_workload(Event.for_object("update", sts), kube) is None
+
+
+# -- storage ------------------------------------------------------------------------------
+
+
+def test_a_bigger_size_resizes_the_claim(world: Any, kube: Kube) -> None:
+    mirror = put(world, new_mirror("docker-hub", hostPort=5001, storage={"size": "20Gi"}))
+    mirror_event(world, kube, "docker-hub", "add")
+    mirror["spec"]["storage"]["size"] = "50Gi"
+    put(world, mirror)
+    mirror_event(world, kube, "docker-hub")
+    assert pvc_size(world, "docker-hub") == "50Gi"
+    assert condition(world, "docker-hub", "Degraded")["status"] == "False"
+
+
+@pytest.fixture
+def unbound_world() -> Iterator[Any]:
+    from localkube import LocalKube
+
+    server = LocalKube(crd_dir=str(REPO / "crds"), bind_pvcs=False)
+    server.start()
+    try:
+        server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_refused_resize_is_reported_and_the_rest_still_applied(unbound_world: Any) -> None:
+    world = unbound_world
+    kube = Kube.connect(url=world.url)
+    mirror = put(world, new_mirror("docker-hub", hostPort=5001, storage={"size": "20Gi"}))
+    mirror_event(world, kube, "docker-hub", "add")
+    mirror["spec"]["storage"]["size"] = "50Gi"
+    mirror["spec"]["upstream"] = "https://mirror.gcr.io"
+    put(world, mirror)
+    mirror_event(world, kube, "docker-hub")
+    assert pvc_size(world, "docker-hub") == "20Gi"
+    degraded = condition(world, "docker-hub", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ResizeRefused")
+    assert "50Gi" in degraded["message"]
+    assert env(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
+        "https://mirror.gcr.io"
+    assert status_of(world, "docker-hub")["observedGeneration"] == 2
+    warnings = [e for e in events_about(world, "docker-hub") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["ResizeRefused"]
+
+
+def test_a_smaller_size_keeps_the_claim_and_says_why(world: Any, kube: Kube) -> None:
+    mirror = put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002,
+                                   storage={"size": "20Gi"}))
+    mirror_event(world, kube, "quay", "add")
+    mirror["spec"]["storage"]["size"] = "5Gi"
+    put(world, mirror)
+    mirror_event(world, kube, "quay")
+    assert pvc_size(world, "quay") == "20Gi"
+    assert condition(world, "quay", "Degraded")["reason"] == "ShrinkRefused"
+
+
+def test_an_existing_claim_not_made_by_eventop_is_left_alone(world: Any, kube: Kube) -> None:
+    theirs = world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": Names.of("quay").pvc, "namespace": NS},
+                        "spec": {"accessModes": ["ReadWriteOnce"],
+                                 "resources": {"requests": {"storage": "1Gi"}}}})
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, kube, "quay", "add")
+    pvc = world.get("v1", "PersistentVolumeClaim", Names.of("quay").pvc, NS)
+    assert pvc["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    assert condition(world, "quay", "Degraded")["reason"] == "NameConflict"
+    assert sts_of(world, "quay") is None
+
+
+# -- conflicts and invalid specs ----------------------------------------------------------------
+
+
+def test_the_later_mirror_on_a_taken_host_port_creates_nothing_until_it_is_free(
+        world: Any, kube: Kube) -> None:
+    put(world, new_mirror("docker-hub", hostPort=5001))
+    mirror_event(world, kube, "docker-hub", "add")
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5001))
+    mirror_event(world, kube, "quay", "add")
+    assert owned_objects(world, "quay") == {}
+    degraded = condition(world, "quay", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
+    assert "registry-mirrors/docker-hub" in degraded["message"]
+    assert condition(world, "quay", "Ready")["status"] == "False"
+    assert "endpoint" not in status_of(world, "quay")
+    assert [e["reason"] for e in events_about(world, "quay")] == ["HostPortConflict"]
+    assert condition(world, "docker-hub", "Degraded")["status"] == "False"
+    # the first one goes away: its delete event frees the port for the later one
+    world.remove("eventop.dev/v1", "RegistryMirror", "docker-hub", NS)
+    mirror_event(world, kube, "docker-hub", "delete")
+    assert len(owned_objects(world, "quay")) == 5
+    assert condition(world, "quay", "Degraded")["status"] == "False"
+    assert status_of(world, "quay")["endpoint"] == "localhost:5001"
+    assert "Recovered" in [e["reason"] for e in events_about(world, "quay")]
+
+
+def test_an_invalid_upstream_is_a_condition_and_one_warning_not_a_crash(
+        world: Any, kube: Kube) -> None:
+    put(world, new_mirror("broken", upstream="https://quay.io/some/path", hostPort=5004))
+    for _ in range(3):
+        result = mirror_event(world, kube, "broken")
+        assert "InvalidUpstream" in str(result)
+    degraded = condition(world, "broken", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidUpstream")
+    assert "path" in degraded["message"]
+    (event,) = events_about(world, "broken")
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "InvalidUpstream", 1)
+    assert owned_objects(world, "broken") == {}
+
+
+def test_a_missing_credentials_secret_is_reported_until_it_appears(
+        world: Any, kube: Kube) -> None:
+    put(world, new_mirror("internal", upstream="https://registry.example.com", hostPort=5010,
+                          credentialsSecretRef={"name": "internal-creds"}))
+    mirror_event(world, kube, "internal", "add")
+    degraded = condition(world, "internal", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "CredentialsSecretMissing")
+    assert "internal-creds" in degraded["message"]
+    assert owned_objects(world, "internal") == {}
+    # a Secret without the password key is not enough
+    secret = world.put({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "internal-creds", "namespace": NS},
+                        "data": {"username": "cm9ib3Q="}})
+    on_credentials_secret(Event.for_object("add", secret), kube)
+    assert condition(world, "internal", "Degraded")["reason"] == "CredentialsSecretIncomplete"
+    secret["data"]["password"] = "c2VjcmV0"
+    secret = world.put(secret)
+    on_credentials_secret(Event.for_object("update", secret), kube)
+    assert condition(world, "internal", "Degraded")["status"] == "False"
+    sts = sts_of(world, "internal")
+    assert sts is not None
+    assert env(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "internal-creds", "key": "password"}
+    assert sts["spec"]["template"]["metadata"]["annotations"][
+        "eventop.dev/credentials-version"] == secret["metadata"]["resourceVersion"]
+    reasons = [(e["type"], e["reason"]) for e in events_about(world, "internal")]
+    assert ("Warning", "CredentialsSecretMissing") in reasons
+    assert ("Warning", "CredentialsSecretIncomplete") in reasons
+    assert ("Normal", "Recovered") in reasons

@@ -347,6 +347,22 @@ def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(
                      (NAMESPACE, "yen"): "153.94", ("treasury", "cad"): "1.3985"}
 
 
+def test_refresh_rides_out_a_server_error_with_one_retry(
+        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker,
+        sleeps: list[float]) -> None:
+    local_kube.put(exchange_rate("er", "USD"))
+    requests_mock.get(base_url("EUR"), [
+        {"status_code": 500, "text": "upstream hiccup"},
+        {"content": answer("EUR", "2026-11-20", USD="1.0812")},
+    ])
+    refresh(registry, kube)
+    assert requests_mock.call_count == 2
+    assert len(sleeps) == 1
+    assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+    assert ready(cr(local_kube, "er"))["status"] == "True"
+    assert warnings(local_kube, "er") == []
+
+
 def test_ping_from_knative_refreshes_like_the_cronjob(
         registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
     local_kube.put(exchange_rate("er", "PLN"))

@@ -101,18 +101,9 @@ def test_replay_through_the_pipeline(pipeline: Any, standin: RatesStandIn) -> No
     pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     get = pipeline.local_kube.get
     seen: dict[str, list[str]] = {}
-    for obj in load_initial(PATHS):
-        pipeline.world_put(obj)
-        assert pipeline.post("add", obj) in (200, 202)
-    for change, obj in load_recording(PATHS):
-        meta = obj["metadata"]
-        if change == "delete":
-            pipeline.world_remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
-        else:
-            pipeline.world_put(obj)
-        assert pipeline.post(change, obj) in (200, 202)
-        pipeline.settle()
-        check_after(change, obj, get, seen)
+    statuses = pipeline.replay(PATHS, after_each=lambda change, obj: check_after(
+        change, obj, get, seen))
+    assert statuses and all(s in (200, 202) for s in statuses), statuses
     assert seen == {"exchange-rate-usd": ["USD=1.0812"],
                     "exchange-rate-chf": ["CHF=0.9391", "GBP=0.8352", "gone"]}
     assert standin.requests == [("EUR", ["USD"]), ("EUR", ["CHF"]), ("EUR", ["GBP"])]

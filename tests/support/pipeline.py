@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,14 @@ class _Pipeline:
         headers, body = to_http(CloudEvent(attributes=attrs, data=data))
         return requests.post(self.router.url, data=body, headers=headers, timeout=60).status_code
 
-    def replay(self, what: str | Path | list[str | Path]) -> list[int]:
+    def replay(self, what: str | Path | list[str | Path],
+               after_each: Callable[[str, Obj], None] | None = None) -> list[int]:
         """Seed the recording's listed state, then replay its watch events in order.
 
         For each event the cluster is first changed as it was when recorded, then the
         CloudEvent the watcher would have sent is posted. Returns the router's answers.
+        ``after_each(change, obj)``, if given, runs after each watch event once the API
+        server settled: the place for assertions about the states in between.
         """
         paths = _recording_paths(what)
         statuses = []
@@ -99,6 +103,9 @@ class _Pipeline:
             else:
                 self.world_put(obj)
             statuses.append(self.post(change, obj))
+            if after_each is not None:
+                self.settle()
+                after_each(change, obj)
         self.settle()
         return statuses
 

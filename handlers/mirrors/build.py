@@ -364,7 +364,9 @@ def registry_env(spec: MirrorSpec) -> list[Obj]:
     env: list[Obj] = [
         {"name": "REGISTRY_HTTP_ADDR", "value": f":{REGISTRY_PORT}"},
         {"name": "REGISTRY_PROXY_REMOTEURL", "value": spec.upstream},
-        {"name": "REGISTRY_PROXY_TTL", "value": spec.ttl},
+        # "0s", not "0": a bare 0 reaches the config parser as a YAML integer, which not
+        # every YAML library turns into a time.Duration; "0s" is a duration string to all.
+        {"name": "REGISTRY_PROXY_TTL", "value": spec.ttl if spec.expiry_enabled else "0s"},
         {"name": "REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY", "value": STORAGE_ROOT},
         # The proxy's scheduler removes expired blobs and manifests; enabled whenever
         # entries expire at all.

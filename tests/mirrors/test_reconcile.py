@@ -363,3 +363,27 @@ def test_a_missing_credentials_secret_is_reported_until_it_appears(
     assert ("Warning", "CredentialsSecretMissing") in reasons
     assert ("Warning", "CredentialsSecretIncomplete") in reasons
     assert ("Normal", "Recovered") in reasons
+
+
+def test_a_workload_deleted_in_reference_mode_is_found_by_its_name(
+        world: Any, kube: Kube) -> None:
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, kube, "quay", "add")
+    ds_name = Names.of("quay").daemonset
+    old_uid = world.get("apps/v1", "DaemonSet", ds_name, NS)["metadata"]["uid"]
+    world.remove("apps/v1", "DaemonSet", ds_name, NS)
+    on_mirror_workload(Event(id="3", type=REF_PREFIX + "delete", source="test",
+                             data={"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                   "name": ds_name, "namespace": NS}), kube)
+    recreated = world.get("apps/v1", "DaemonSet", ds_name, NS)
+    assert recreated is not None and recreated["metadata"]["uid"] != old_uid
+
+
+def test_secrets_no_mirror_names_cause_no_reconcile(world: Any, kube: Kube) -> None:
+    put(world, new_mirror("internal", upstream="https://registry.example.com", hostPort=5010,
+                          credentialsSecretRef={"name": "internal-creds"}))
+    other = world.put({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": "unrelated", "namespace": NS},
+                       "stringData": {"username": "u", "password": "p"}})
+    assert on_credentials_secret(Event.for_object("add", other), kube) is None
+    assert status_of(world, "internal") == {}

@@ -107,6 +107,20 @@ def _cr_problems(cr: Obj, owned: list[Obj]) -> list[str]:
     return []
 
 
+# Sources for the example CopyRules, so the report shows copies being made.
+DEMO_SOURCES: list[Obj] = [
+    {"apiVersion": "v1", "kind": "ConfigMap",
+     "metadata": {"name": "team-settings", "namespace": "default",
+                  "labels": {"copyrator": "true"}},
+     "data": {"log-level": "info", "registry-mirror": "localhost:5001"}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platform"}},
+    {"apiVersion": "v1", "kind": "ConfigMap",
+     "metadata": {"name": "corporate-ca", "namespace": "platform",
+                  "labels": {"eventop.dev/publish": "ca-bundle"}},
+     "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n(demo)\n-----END CERTIFICATE-----\n"}},
+]
+
+
 class World:
     kube: Kube
 
@@ -117,7 +131,7 @@ class World:
         return None
 
     def apply_examples(self, examples: list[Obj], expect: Expectations) -> None:
-        for obj in examples:
+        for obj in [*examples, *DEMO_SOURCES]:
             self.put(obj)
 
     def refresh(self, router_url: str) -> str:

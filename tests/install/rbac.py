@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +120,9 @@ class KubeRecorder:
 
     packages: tuple[str, ...] = ("handlers", "router", "watcher")
     calls: list[Call] = field(default_factory=list)
+    # Called with each Call before it is sent; may change the world first (a race) or raise
+    # a kube error (an answer the local API server does not give, e.g. a recorded 422).
+    interceptors: list[Callable[[Call], None]] = field(default_factory=list)
 
     def _site(self) -> tuple[str, int] | None:
         frame = sys._getframe(2)
@@ -139,9 +142,12 @@ class KubeRecorder:
         recorder = self
 
         def request(kube: Any, method: str, path: str, **kwargs: Any) -> Any:
-            recorder.calls.append(Call(
+            call = Call(
                 method, path, tuple((str(k), str(v)) for k, v in kwargs.get("query") or []),
-                kwargs.get("content_type"), kwargs.get("body"), recorder._site()))
+                kwargs.get("content_type"), kwargs.get("body"), recorder._site())
+            recorder.calls.append(call)
+            for intercept in list(recorder.interceptors):
+                intercept(call)
             return original(kube, method, path, **kwargs)
 
         Kube.request = request  # type: ignore[method-assign]

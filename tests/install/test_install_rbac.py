@@ -123,12 +123,19 @@ class RouterScenarios:
         self.local_kube = local_kube
         self.client = client
         self.ids = itertools.count()
+        self.answers: list[tuple[int, Any]] = []
 
     def post(self, change: str, obj: dict) -> int:
         from watcher.cloudevent import to_cloudevent, to_http
 
         headers, body = to_http(to_cloudevent(change, obj, "https://127.0.0.1:6443"))
-        return int(self.client.post("/", data=body, headers=headers).status_code)
+        return self._answer(self.client.post("/", data=body, headers=headers))
+
+    def _answer(self, response: Any) -> int:
+        """Keep every answer; a 4xx means the scenario sent a bad event (a test bug)."""
+        self.answers.append((response.status_code, response.get_json(silent=True)))
+        assert response.status_code < 400 or response.status_code >= 500, self.answers[-1]
+        return int(response.status_code)
 
     def post_type(self, type_: str) -> int:
         from cloudevents.core.v1.event import CloudEvent
@@ -138,7 +145,24 @@ class RouterScenarios:
         headers, body = to_http(CloudEvent(attributes={
             "type": type_, "source": "/tests/install", "id": f"rbac-{next(self.ids)}",
             "specversion": "1.0"}))
-        return int(self.client.post("/", data=body, headers=headers).status_code)
+        return self._answer(self.client.post("/", data=body, headers=headers))
+
+    def post_ref(self, change: str, obj: dict) -> int:
+        """A Reference-mode event (Knative ApiServerSource ``mode: Reference``)."""
+        from cloudevents.core.v1.event import CloudEvent
+
+        from watcher.cloudevent import to_http
+
+        meta = obj["metadata"]
+        headers, body = to_http(CloudEvent(attributes={
+            "type": f"dev.knative.apiserver.ref.{change}", "source": "https://127.0.0.1:6443",
+            "id": f"rbac-{next(self.ids)}", "specversion": "1.0",
+            "datacontenttype": "application/json", "kind": obj["kind"],
+            "name": meta["name"], "namespace": meta.get("namespace") or "",
+            "apiversion": obj["apiVersion"]},
+            data={"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                  "namespace": meta.get("namespace")}))
+        return self._answer(self.client.post("/", data=body, headers=headers))
 
     def put(self, obj: dict, change: str = "update") -> dict:
         from tests.support.pipeline import world_copy
@@ -165,29 +189,113 @@ class RouterScenarios:
                 self.post(change, self.local_kube.put(world_copy(obj)))
         self.local_kube.wait_idle()
 
-    def copies_edited_and_deleted_by_hand(self) -> None:
-        """A copy gets an extra key (server-side apply can not drop it: replaced), another
-        copy is deleted (re-created), and an unmanaged object blocks a slot (a conflict)."""
-        copies = [cm for cm in self.local_kube.list("v1", "ConfigMap")
-                  if (cm["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
-                  == "eventop" and cm["metadata"].get("ownerReferences")]
-        assert copies, "the copy-rules replay left no copies to edit"
+    def copy_lifecycle(self, kind: str) -> None:
+        """A rule of each type through a copy's whole life: created, edited by hand with an
+        extra key (server-side apply can not drop it: replaced), deleted by hand (restored),
+        blocked by someone else's object (a conflict), and the source deleted (copies
+        deleted). Copy rules handle ConfigMaps and Secrets alike, so both kinds run."""
+        name = f"rbac-{kind.lower()}"
+        self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                 change="add")
+        self.put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": name},
+                  "spec": {"ruleType": kind.lower(), "namespaces": [name],
+                           "selector": {"matchLabels": {"rbac-test": "yes"}}}}, change="add")
+        source = self.put({"apiVersion": "v1", "kind": kind, "metadata": {
+            "name": "rbac-source", "namespace": name, "labels": {"rbac-test": "yes"}},
+            "data": {"a": "MQ=="}}, change="add")
+        copies = [o for o in self.local_kube.list("v1", kind)
+                  if o["metadata"]["name"] == "rbac-source"
+                  and o["metadata"].get("ownerReferences")]
+        assert len(copies) >= 2, f"CopyRule {name} made no copies of its source"
         edited = json.loads(json.dumps(copies[0]))
-        edited.setdefault("data", {})["added-by-hand"] = "x"
+        edited.setdefault("data", {})["added-by-hand"] = "eA=="
         self.put(edited)
         gone = copies[-1]
-        self.local_kube.remove("v1", "ConfigMap", gone["metadata"]["name"],
-                               gone["metadata"]["namespace"])
+        self.local_kube.remove("v1", kind, "rbac-source", gone["metadata"]["namespace"])
         self.post("delete", gone)
-        # A new namespace holding someone else's object under a copy's name.
+        conflict_ns = f"{name}-conflict"
         self.local_kube.put({"apiVersion": "v1", "kind": "Namespace",
-                             "metadata": {"name": "rbac-conflict"}})
-        self.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-            "name": copies[0]["metadata"]["name"], "namespace": "rbac-conflict"},
-            "data": {"mine": "yes"}}, change="add")
-        self.put(self.local_kube.get("v1", "Namespace", "rbac-conflict"), change="add")
-        for rule in self.local_kube.list("eventop.dev/v1", "CopyRule"):
-            self.post("update", rule)
+                             "metadata": {"name": conflict_ns}})
+        self.local_kube.put({"apiVersion": "v1", "kind": kind, "metadata": {
+            "name": "rbac-source", "namespace": conflict_ns}, "data": {"mine": "eWVz"}})
+        self.post("add", self.local_kube.get("v1", "Namespace", conflict_ns))
+        self.local_kube.remove("v1", kind, "rbac-source", name)
+        self.post("delete", source)
+        left = [o for o in self.local_kube.list("v1", kind)
+                if o["metadata"]["name"] == "rbac-source" and o["metadata"].get("ownerReferences")]
+        assert left == [], f"the copies of a deleted {kind} source were not deleted"
+
+    def copy_conflicts(self, recorder: KubeRecorder) -> None:
+        """More conflicting slots than one reconcile posts Warning Events for (a summary
+        Event), and a slot taken by someone else between the rule's read and its write."""
+        # main-rule (from the recording) copies a new source, default/rbac-source.
+        rule = self.local_kube.get("eventop.dev/v1", "CopyRule", "main-rule")
+        assert rule is not None, "the copy-rules recording no longer leaves main-rule"
+        kind = "Secret" if rule["spec"]["ruleType"] == "secret" else "ConfigMap"
+        self.put({"apiVersion": "v1", "kind": kind, "metadata": {
+            "name": "rbac-source", "namespace": rule["spec"]["namespaces"][0],
+            "labels": rule["spec"]["selector"]["matchLabels"]}, "data": {"a": "MQ=="}},
+            change="add")
+        for i in range(12):
+            ns = f"rbac-many-{i}"
+            self.local_kube.put({"apiVersion": "v1", "kind": "Namespace",
+                                 "metadata": {"name": ns}})
+            self.local_kube.put({"apiVersion": "v1", "kind": kind, "metadata": {
+                "name": "rbac-source", "namespace": ns}, "data": {"theirs": "eWVz"}})
+        self.post("update", self.local_kube.get("eventop.dev/v1", "CopyRule",
+                                                rule["metadata"]["name"]))
+        plural = f"{kind.lower()}s"
+
+        def someone_else_first(call: Any) -> None:
+            if call.method == "PATCH" and call.path.endswith(
+                    f"/namespaces/rbac-race/{plural}/rbac-source"):
+                recorder.interceptors.remove(someone_else_first)
+                self.local_kube.put({"apiVersion": "v1", "kind": kind, "metadata": {
+                    "name": "rbac-source", "namespace": "rbac-race"},
+                    "data": {"a": "dGhlaXJz"}})  # the same key as the source, their value
+
+        recorder.interceptors.append(someone_else_first)
+        self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rbac-race"}},
+                 change="add")
+        assert someone_else_first not in recorder.interceptors, "no copy into rbac-race"
+
+    def mirror_credentials_resize_and_reference_mode(self, recorder: KubeRecorder) -> None:
+        """A mirror whose credentials Secret is missing (Warning Event) and then appears
+        (Normal Event); a resize the API server refuses (the recorded 422 for an unbound
+        claim); workload events in Knative's Reference mode."""
+        import yaml
+
+        examples = REPO / "crds" / "examples"
+        mirror = next(o for o in yaml.safe_load_all(
+            (examples / "registrymirror-internal.yaml").read_text()) if o["kind"] ==
+            "RegistryMirror")
+        secret = yaml.safe_load((examples / "registrymirror-internal-credentials.yaml")
+                                .read_text())
+        mirror = self.put(mirror, change="add")
+        self.put(secret, change="add")
+        refused = (RECORDINGS / "errors" / "apply-422-pvc-resize-unbound.json").read_bytes()
+
+        def refuse_resize(call: Any) -> None:
+            if call.method == "PATCH" and "/persistentvolumeclaims/" in call.path and (
+                    (call.body or {}).get("spec", {}).get("resources", {}).get(
+                        "requests", {}).get("storage") == "200Gi"):
+                recorder.interceptors.remove(refuse_resize)
+                from kube.errors import from_response
+
+                raise from_response(422, refused, f"apply {call.path}")
+
+        recorder.interceptors.append(refuse_resize)
+        bigger = self.local_kube.get("eventop.dev/v1", "RegistryMirror", "internal",
+                                     mirror["metadata"]["namespace"])
+        bigger["spec"]["storage"]["size"] = "200Gi"
+        self.put(bigger)
+        assert refuse_resize not in recorder.interceptors, "the mirror never asked to resize"
+        sts = next(o for o in self.local_kube.list("apps/v1", "StatefulSet",
+                                                   mirror["metadata"]["namespace"])
+                   if any(r.get("name") == "internal"
+                          for r in o["metadata"].get("ownerReferences") or []))
+        self.post_ref("update", sts)
+        self.post_ref("delete", sts)
 
     def mirror_workloads_change(self) -> None:
         for sts in self.local_kube.list("apps/v1", "StatefulSet"):
@@ -214,12 +322,26 @@ class RouterScenarios:
         self.post_type("dev.eventop.exchangerates.refresh")
         rates.fail = False
         self.post_type("dev.eventop.exchangerates.refresh")
-        # The ConfigMap of an ExchangeRate deleted by hand is written again; the CR's delete.
+        # An event for a Ready, current ExchangeRate (its own status write coming back).
+        current = self.local_kube.get("eventop.dev/v1", "ExchangeRate", "rbac-usd",
+                                      "rbac-rates")
+        self.post("update", current)
+        # The ConfigMap of an ExchangeRate deleted by hand is written again.
+        cm = self.local_kube.get("v1", "ConfigMap", "rbac-usd", "rbac-rates")
         self.local_kube.remove("v1", "ConfigMap", "rbac-usd", "rbac-rates")
-        self.post("delete", {"apiVersion": "v1", "kind": "ConfigMap",
-                             "metadata": {"name": "rbac-usd", "namespace": "rbac-rates"}})
+        self.post("delete", cm)
+        self.post("update", current)
+        # The delete event arriving while the ExchangeRate still exists, then after it is
+        # gone but before the garbage collector removed its ConfigMap.
+        self.post("delete", current)
+        cm = self.local_kube.get("v1", "ConfigMap", "rbac-usd", "rbac-rates")
         self.local_kube.remove("eventop.dev/v1", "ExchangeRate", "rbac-usd", "rbac-rates")
-        self.post("delete", cr)
+        if cm is not None and self.local_kube.get("v1", "ConfigMap", "rbac-usd",
+                                                  "rbac-rates") is None:
+            from tests.support.pipeline import world_copy
+
+            self.local_kube.put(world_copy(cm))
+        self.post("delete", current)
 
 
 class FakeRates:
@@ -265,11 +387,17 @@ def router_trace() -> Iterator[KubeRecorder]:
             scenarios = RouterScenarios(server, app.test_client())
             assert app.test_client().get("/readyz").status_code == 200
             scenarios.replay("copy-rules")
-            scenarios.copies_edited_and_deleted_by_hand()
+            scenarios.copy_lifecycle("ConfigMap")
+            scenarios.copy_lifecycle("Secret")
+            scenarios.copy_conflicts(recorder)
             scenarios.replay("mirrors-and-rates")
             scenarios.mirror_workloads_change()
+            scenarios.mirror_credentials_resize_and_reference_mode(recorder)
             scenarios.refresh_and_provider_failure(rates)
             server.wait_idle()
+        if os.environ.get("EVENTOP_RBAC_DEBUG"):
+            for answer in scenarios.answers:
+                print(answer)
         yield recorder
     finally:
         provider.get_client = original_get_client  # type: ignore[assignment]
@@ -285,8 +413,9 @@ def derived_router_accesses(trace: KubeRecorder) -> set[Access]:
 def test_router_is_granted_exactly_what_its_handlers_use(router_trace: KubeRecorder) -> None:
     need = derived_router_accesses(router_trace)
     have = granted(render("deploy"), "eventop-router", NAMESPACE)
-    assert sorted(map(str, need - have)) == [], "the router needs these, add them to the role"
-    assert sorted(map(str, have - need)) == [], "granted but never used: remove them"
+    missing, unused = sorted(map(str, need - have)), sorted(map(str, have - need))
+    assert not missing, "the router needs these, add them to its role: " + "; ".join(missing)
+    assert not unused, "granted to the router but never used, remove: " + "; ".join(unused)
 
 
 def test_knative_router_gets_the_same_permissions() -> None:
@@ -301,7 +430,8 @@ def test_every_kube_call_in_the_router_and_handlers_was_reached(
     assert sites, "the static scan found no kube calls: is it still looking at the code?"
     missed = {str(s) for s in set(sites) - reached(sites, router_trace.calls)}
     unexplained = sorted(m for m in missed if m.split(" ")[0] not in NOT_REACHED)
-    assert unexplained == [], "add a scenario reaching these (or explain in NOT_REACHED)"
+    assert not unexplained, ("add a scenario reaching these (or explain in NOT_REACHED): "
+                             + "; ".join(unexplained))
 
 
 def test_router_scenarios_exercised_every_handler_kind(router_trace: KubeRecorder) -> None:
@@ -376,8 +506,9 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
     assert watching == wanted, f"the watcher never watched {wanted - watching}:\n{err[-2000:]}"
     need = served_accesses(local_kube)
     have = granted(render("deploy"), "eventop-watcher", NAMESPACE)
-    assert sorted(map(str, need - have)) == [], "the watcher needs these"
-    assert sorted(map(str, have - need)) == [], "granted to the watcher but never used"
+    missing, unused = sorted(map(str, need - have)), sorted(map(str, have - need))
+    assert not missing, "the watcher needs these, add them to its role: " + "; ".join(missing)
+    assert not unused, "granted to the watcher but never used, remove: " + "; ".join(unused)
 
 
 def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:

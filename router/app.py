@@ -32,7 +32,7 @@ from handlers.events import Event
 from handlers.registry import Outcome, Registry
 from kube.errors import KubeError, Unavailable
 from router import logs, metrics
-from router.parse import BadEvent, parse_request
+from router.parse import BadEvent, headers_from_environ, parse_request
 
 log = logging.getLogger("eventop.router")
 
@@ -185,7 +185,8 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     def receive() -> Response:
         start = time.perf_counter()
         try:
-            event = parse_request(request.headers, request.get_data(cache=False))
+            event = parse_request(headers_from_environ(request.environ),
+                                  request.get_data(cache=False))
         except BadEvent as bad:
             outcome = "unsupported_media_type" if bad.status == 415 else "invalid"
             return reject(bad.status, outcome, bad.message, bad.known, start)

@@ -53,6 +53,20 @@ class BadEvent(Exception):
         self.known = dict(known or {})
 
 
+def headers_from_environ(environ: Mapping[str, Any]) -> dict[str, str]:
+    """The ``ce-*`` and ``content-type`` headers of a WSGI request, lower-cased.
+
+    Only these matter to the CloudEvents binding; reading them straight from the WSGI
+    environ skips building every other header (a measurable share of a router request).
+    """
+    out = {"ce-" + key[8:].lower().replace("_", "-"): value
+           for key, value in environ.items() if key.startswith("HTTP_CE_")}
+    content_type = environ.get("CONTENT_TYPE")
+    if content_type:
+        out["content-type"] = content_type
+    return out
+
+
 def parse_request(headers: Mapping[str, str], body: bytes) -> Event:
     """Parse a binary-mode (``ce-*`` headers) or structured-mode CloudEvent.
 
@@ -86,8 +100,7 @@ def _binary(headers: dict[str, str], body: bytes) -> Event:
         raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
                        known)
     _check_specversion(headers["ce-specversion"], known)
-    ce = _sdk_parse(headers, body, known, {k[3:]: v for k, v in headers.items()
-                                           if k.startswith("ce-")})
+    ce = _sdk_parse(headers, body, known, headers.get("ce-time"))
     data = ce.get_data()
     given = ce.get_datacontenttype()
     if isinstance(data, str | bytes) and _JSON_TYPE.match(given or _FORMAT.DEFAULT_CONTENT_TYPE):
@@ -117,7 +130,7 @@ def _structured(headers: dict[str, str], body: bytes) -> Event:
         raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
                        known)
     _check_specversion(doc["specversion"], known)
-    ce = _sdk_parse(headers, body, known, doc)
+    ce = _sdk_parse(headers, body, known, doc.get("time"))
     data = ce.get_data()
     content_type = ce.get_datacontenttype() or JSONFormat.DEFAULT_CONTENT_TYPE
     if isinstance(data, bytes) and _JSON_TYPE.match(content_type):  # came as data_base64
@@ -136,13 +149,12 @@ def _check_specversion(value: Any, known: dict[str, Any]) -> None:
 
 
 def _sdk_parse(headers: dict[str, str], body: bytes, known: dict[str, Any],
-               attrs: Mapping[str, Any]) -> CloudEvent:
+               time: Any) -> CloudEvent:
     try:
         event = from_http(HTTPMessage(headers=headers, body=body), _FORMAT, CloudEvent)
     except BaseCloudEventException as exc:
         raise BadEvent(400, f"invalid CloudEvent: {exc}", known) from None
     except (ValueError, TypeError, OverflowError) as exc:
-        time = attrs.get("time")
         if time is not None and not _is_timestamp(time):
             raise BadEvent(400, f"attribute 'time' is not an RFC 3339 timestamp: {time!r}",
                            known) from None

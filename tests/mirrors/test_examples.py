@@ -67,6 +67,8 @@ def test_other_example_objects_pass_the_kubernetes_schema(doc: dict[str, Any]) -
     {"upstream": "https://quay.io", "storage": {"size": "big"}},
     {"upstream": "https://quay.io", "ttl": "7d"},
     {"upstream": "https://quay.io", "credentialsSecretRef": {}},
+    {"upstream": "https://quay.io", "credentialsSecretRef": {"name": ""}},
+    {"upstream": "https://quay.io", "image": {"registry": ""}},
 ])
 def test_crd_schema_rejects_invalid_specs(spec: dict[str, Any]) -> None:
     doc = {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",

@@ -55,3 +55,52 @@ def cm(name: str, namespace: str = "default", data: dict[str, str] | None = None
         meta["labels"] = labels
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
             "data": data if data is not None else {"k": "v"}}
+
+
+class RawWatch:
+    """A watch read straight off the socket, so silence and abrupt ends are observable."""
+
+    def __init__(self, url: str, path: str) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode())
+        self.buffer = b""
+
+    def read(self, timeout: float) -> bytes:
+        """Whatever arrives within ``timeout`` seconds (b"" on silence or a closed socket)."""
+
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return b""
+        self.buffer += data
+        return data
+
+    def read_until(self, marker: bytes, timeout: float = 5.0) -> bytes:
+        """Read until ``marker`` has arrived (fails the test after ``timeout``)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while marker not in self.buffer:
+            assert time.monotonic() < deadline, f"{marker!r} never arrived: {self.buffer!r}"
+            if not self.read(0.2) and self.closed():
+                raise AssertionError(f"connection closed before {marker!r}")
+        return self.buffer
+
+    def closed(self) -> bool:
+        import select
+
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.sock.recv(1, 2) == b""  # MSG_PEEK
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()

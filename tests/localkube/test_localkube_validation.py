@@ -1,0 +1,152 @@
+"""422s: custom resources against their schema, built-in kinds against the real rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kube import Kube, errors
+from tests.localkube.support import Http, cm
+
+
+def _mirror(spec: dict[str, Any], name: str = "m") -> dict[str, Any]:
+    return {"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+@pytest.mark.parametrize(("spec", "field", "reason", "message"), [
+    ({}, "spec.upstream", "FieldValueRequired", "Required value"),
+    ({"upstream": "ftp://x"}, "spec.upstream", "FieldValueInvalid",
+     "Invalid value: \"ftp://x\": spec.upstream in body should match "
+     "'^https?://[^\\s/$.?#].[^\\s]*$'"),
+    ({"upstream": "https://x.io", "hostPort": 0}, "spec.hostPort", "FieldValueInvalid",
+     "Invalid value: 0: spec.hostPort in body should be greater than or equal to 1"),
+    ({"upstream": "https://x.io", "hostPort": 70000}, "spec.hostPort", "FieldValueInvalid",
+     "Invalid value: 70000: spec.hostPort in body should be less than or equal to 65535"),
+    ({"upstream": "https://x.io", "hostPort": "80"}, "spec.hostPort", "FieldValueInvalid",
+     "Invalid value: \"string\": spec.hostPort in body must be of type integer: \"string\""),
+])
+def test_custom_resources_are_validated_against_their_schema(
+        k: Kube, spec: dict[str, Any], field: str, reason: str, message: str) -> None:
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(_mirror(spec))
+    assert caught.value.causes == [{"reason": reason, "message": message, "field": field}]
+    assert str(caught.value.message) == \
+        f'RegistryMirror.eventop.dev "m" is invalid: {field}: {message}'
+
+
+def test_several_errors_are_listed_together(k: Kube) -> None:
+    rule = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": "r"},
+            "spec": {"ruleType": "pods", "namespaces": []}}
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(rule)
+    assert [c["field"] for c in caught.value.causes] == ["spec.namespaces", "spec.ruleType"]
+    assert caught.value.message.startswith('CopyRule.eventop.dev "r" is invalid: [')
+    assert "should have at least 1 items" in caught.value.message
+
+
+def test_schema_defaults_are_filled_and_unknown_fields_pruned(k: Kube) -> None:
+    obj = k.create(_mirror({"upstream": "https://quay.io", "storage": {}, "bogus": 1}))
+    assert obj["spec"] == {"upstream": "https://quay.io", "hostPort": 5000,
+                           "storage": {"size": "10Gi"}}
+
+
+def test_updates_are_validated_too(k: Kube) -> None:
+    k.create({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+              "metadata": {"name": "usd", "namespace": "default"}, "spec": {"currency": "USD"}})
+    with pytest.raises(errors.Invalid, match='Unsupported value: "EUR"'):
+        k.patch("eventop.dev/v1", "ExchangeRate", "usd", "default", {"spec": {"currency": "EUR"}})
+    assert k.get("eventop.dev/v1", "ExchangeRate", "usd", "default")["spec"]["currency"] == "USD"
+
+
+@pytest.mark.parametrize(("kind", "name", "fragment"), [
+    ("ConfigMap", "Bad_Name", "a lowercase RFC 1123 subdomain must consist of"),
+    ("Service", "1svc", "a DNS-1035 label must consist of"),
+    ("Namespace", "a.b", "a lowercase RFC 1123 label must consist of"),
+])
+def test_names_follow_the_rules_of_their_kind(k: Kube, kind: str, name: str,
+                                              fragment: str) -> None:
+    meta: dict[str, Any] = {"name": name}
+    if kind != "Namespace":
+        meta["namespace"] = "default"
+    with pytest.raises(errors.Invalid) as caught:
+        k.create({"apiVersion": "v1", "kind": kind, "metadata": meta})
+    assert caught.value.causes[0]["field"] == "metadata.name"
+    assert fragment in caught.value.causes[0]["message"]
+
+
+def test_label_values_are_validated(k: Kube) -> None:
+    with pytest.raises(errors.Invalid, match="must be no more than 63 characters"):
+        k.create(cm("x", labels={"a": "v" * 64}))
+
+
+def test_immutable_configmaps_refuse_data_changes(k: Kube) -> None:
+    frozen = cm("x")
+    frozen["immutable"] = True
+    k.create(frozen)
+    with pytest.raises(errors.Invalid) as caught:
+        k.patch("v1", "ConfigMap", "x", "default", {"data": {"k": "changed"}})
+    assert caught.value.message == \
+        'ConfigMap "x" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+
+
+def test_secret_data_must_be_base64_and_string_data_is_encoded(k: Kube, http: Http) -> None:
+    status, body = http.call("POST", "/api/v1/namespaces/default/secrets",
+                             {"metadata": {"name": "s"}, "data": {"a": "not base64!"}})
+    assert status == 400 and "illegal base64 data" in body["message"]
+    secret = k.create({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": "s", "namespace": "default"},
+                       "stringData": {"user": "admin"}})
+    assert secret["data"] == {"user": "YWRtaW4="} and secret["type"] == "Opaque"
+    assert "stringData" not in secret
+
+
+def test_services_get_a_cluster_ip_that_cannot_change(k: Kube) -> None:
+    svc = k.create({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"ports": [{"port": 80}]}})
+    ip = svc["spec"]["clusterIP"]
+    assert ip.startswith("10.96.") and svc["spec"]["clusterIPs"] == [ip]
+    assert svc["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+    headless = k.create({"apiVersion": "v1", "kind": "Service",
+                         "metadata": {"name": "headless", "namespace": "default"},
+                         "spec": {"clusterIP": "None"}})
+    assert headless["spec"]["clusterIP"] == "None"
+    with pytest.raises(errors.Invalid, match=r"spec\.clusterIP: Invalid value"):
+        k.patch("v1", "Service", "web", "default", {"spec": {"clusterIP": "10.96.9.9"}})
+    kept = k.apply({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"ports": [{"port": 81}]}})
+    assert kept["spec"]["clusterIP"] == ip
+
+
+def _sts(replicas: int = 1, service: str = "db") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"replicas": replicas, "serviceName": service,
+                     "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+
+
+def test_statefulset_spec_is_immutable_except_the_allowed_fields(k: Kube) -> None:
+    created = k.apply(_sts())
+    assert created["metadata"]["generation"] == 1
+    assert k.apply(_sts(replicas=3))["metadata"]["generation"] == 2
+    with pytest.raises(errors.Invalid) as caught:
+        k.apply(_sts(replicas=3, service="other"))
+    assert caught.value.message == (
+        'StatefulSet.apps "db" is invalid: spec: Forbidden: updates to statefulset spec for '
+        "fields other than 'replicas', 'template', 'updateStrategy', "
+        "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet"])
+def test_workload_selectors_must_match_their_template(k: Kube, kind: str) -> None:
+    obj = _sts()
+    obj["kind"] = kind
+    obj["spec"].pop("serviceName")
+    obj["spec"]["template"]["metadata"]["labels"] = {"app": "other"}
+    with pytest.raises(errors.Invalid, match="`selector` does not match template `labels`"):
+        k.create(obj)

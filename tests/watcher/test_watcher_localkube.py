@@ -106,12 +106,15 @@ def test_disconnect_mid_stream_resumes_without_duplicate_or_gap(local_kube, sink
     w = start_watcher()
     assert w.wait_synced(10)
     expected = []
+    opened = 0
     for i in range(12):
         expected.append(event_id("add" if i == 0 else "update",
                                  local_kube.put(cm("counter", str(i)))))
-        if i % 3 == 1:
+        if i % 3 == 1:  # cut the stream; the next change happens while it is down
+            opened = len(watch_requests(local_kube))
             local_kube.break_watches()
-            time.sleep(0.05)
+        elif i % 3 == 2:  # let the watcher come back before cutting again
+            assert wait_until(lambda n=opened: len(watch_requests(local_kube)) > n)
     assert sink.wait_for(12)
     time.sleep(0.3)  # a duplicate would arrive now
     assert sink.ids() == expected

@@ -104,6 +104,11 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- plumbing --------------------------------------------------------------------
 
+    def setup(self) -> None:
+        super().setup()
+        # Small writes (headers, watch lines) must not wait for delayed ACKs (Nagle).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     @property
     def kube(self) -> LocalKube:
         return self.server.owner
@@ -148,14 +153,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)  # headers and body in one write
+        self.flush_headers()
 
     def _decode(self, raw: bytes, *, yaml_ok: bool = False) -> Any:
         ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
         try:
             if yaml_ok or ctype in ("application/yaml", "application/apply-patch+yaml"):
-                return yaml.safe_load(raw or b"{}")
+                try:  # JSON is YAML, and parsed a hundred times faster
+                    return json.loads(raw or b"{}")
+                except ValueError:
+                    return yaml.safe_load(raw)
             return json.loads(raw or b"{}")
         except (ValueError, yaml.YAMLError) as exc:
             raise errors.bad_request(f"the request body is not valid JSON/YAML: {exc}") from exc

@@ -34,6 +34,7 @@ from localkube.schema import SchemaValidator
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 ROOT_CA_DESCRIPTION = (
     "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
     "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
@@ -468,9 +469,9 @@ class Store:
                 if not isinstance(body, dict):
                     raise errors.bad_request("a merge patch must be a JSON object")
                 patched = merge_patch(rec.obj, body)
-            self._preconditions(res, rec, (patched.get("metadata") or {})
-                                if (body.get("metadata") if isinstance(body, dict) else None)
-                                else {})
+            meta_patch = body.get("metadata") if isinstance(body, dict) else None
+            if isinstance(meta_patch, dict):  # a resourceVersion in a patch is a precondition
+                self._preconditions(res, rec, meta_patch)
             new = self._merge_system(res, rec.obj, patched, subresource)
             managers = ssa.record_update(rec.obj, new, rec.managers, manager=manager,
                                          api_version=res.api_version, now=now(),
@@ -531,6 +532,10 @@ class Store:
         if propagation == "Orphan":
             self._orphan(meta["uid"])
         if res.kind == "Namespace":
+            if name in PROTECTED_NAMESPACES:
+                raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this '
+                               "namespace may not be deleted",
+                               {"name": name, "kind": "namespaces"})
             return self._terminate_namespace(res, rec)
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):

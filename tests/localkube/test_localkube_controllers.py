@@ -150,3 +150,9 @@ def test_the_repository_crds_are_installed_at_start(k: Kube) -> None:
              k.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")}
     assert names == {"copyrules.eventop.dev", "exchangerates.eventop.dev",
                      "registrymirrors.eventop.dev"}
+
+
+def test_system_namespaces_cannot_be_deleted(k: Kube) -> None:
+    with pytest.raises(errors.Forbidden, match="this namespace may not be deleted"):
+        k.delete("v1", "Namespace", "default")
+    assert k.get("v1", "Namespace", "default")["status"]["phase"] == "Active"

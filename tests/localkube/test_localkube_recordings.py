@@ -132,7 +132,7 @@ def test_bookmark_lines_are_byte_for_byte_the_recorded_ones(
         lk: LocalKube, http: Http, path: str, recorded: str) -> None:
     rv = lk.resource_version
     lines = http.watch_lines(path, resourceVersion=rv, allowWatchBookmarks="true",
-                             timeoutSeconds=1)
+                             timeoutSeconds=0.35)
     expected = next(line for line in (RECORDING_LINES(recorded)) if b'"BOOKMARK"' in line)
     expected = re.sub(rb'"resourceVersion":"\d+"', f'"resourceVersion":"{rv}"'.encode(),
                       expected)

@@ -313,14 +313,20 @@ def apply_objects(kube: Kube, mirror: Obj, spec: MirrorSpec, *, pvc_size: str,
                 problems.append(Problem(
                     "ResizeRefused",
                     f"the API server refused to resize PersistentVolumeClaim {name} to "
-                    f"{spec.size} ({exc.status} {exc.reason}): {exc.message.strip()}"))
+                    f"{spec.size} ({exc.status} {exc.reason}): {_first_line(exc.message)}"))
                 log.info("resize of %s refused: %s", name, exc)
             else:
                 problems.append(Problem(
                     "ApplyFailed", f"{kind} {name} was refused ({exc.status} {exc.reason}): "
-                                   f"{exc.message.strip()}"))
+                                   f"{_first_line(exc.message)}"))
                 log.warning("apply of %s %s refused: %s", kind, name, exc)
     return problems, applied
+
+
+def _first_line(message: str) -> str:
+    """The server's message without the Go struct diff some validation errors append."""
+    lines = message.strip().splitlines()
+    return lines[0] if lines else message
 
 
 def _existing(kube: Kube, mirror: Obj) -> dict[str, Obj | None]:

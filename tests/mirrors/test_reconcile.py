@@ -387,3 +387,18 @@ def test_secrets_no_mirror_names_cause_no_reconcile(world: Any, kube: Kube) -> N
                        "stringData": {"username": "u", "password": "p"}})
     assert on_credentials_secret(Event.for_object("add", other), kube) is None
     assert status_of(world, "internal") == {}
+
+
+def test_the_refused_resize_message_is_the_servers_first_line(unbound_world: Any) -> None:
+    world = unbound_world
+    kube = Kube.connect(url=world.url)
+    mirror = put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002,
+                                   storage={"size": "1Gi"}))
+    mirror_event(world, kube, "quay", "add")
+    mirror["spec"]["storage"]["size"] = "2Gi"
+    put(world, mirror)
+    mirror_event(world, kube, "quay")
+    message = condition(world, "quay", "Degraded")["message"]
+    assert "422 Invalid" in message
+    assert "spec is immutable after creation except resources.requests" in message
+    assert "\n" not in message

@@ -122,8 +122,11 @@ class Readiness:
             return self._result
 
 
+_encode = json.JSONEncoder().encode
+
+
 def _json(body: dict[str, Any], status: int) -> Response:
-    return Response(json.dumps(body), status=status, mimetype="application/json")
+    return Response(_encode(body).encode(), status=status, content_type="application/json")
 
 
 def _describe(event: Event) -> dict[str, Any]:
@@ -162,13 +165,19 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     def finish(status: int, outcome: str, info: dict[str, Any], start: float,
                body: dict[str, Any], handler_names: list[str] | None = None,
                level: int = logging.INFO, error: str | None = None) -> Response:
-        metrics.EVENTS.labels(info.get("type", ""), info.get("kind", ""), outcome).inc()
+        metrics.event_counter(info.get("type", ""), info.get("kind", ""), outcome).inc()
         fields = {**info, "handlers": handler_names or [], "outcome": outcome,
                   "status": status, "duration_ms": round((time.perf_counter() - start) * 1000, 3)}
         if error:
             fields["error"] = error
         log.log(level, "event %s", outcome, extra={"fields": fields})
         return _json(body, status)
+
+    def ignored(event: Event, info: dict[str, Any], start: float) -> Response:
+        return finish(202, "ignored", info, start, {
+            "id": event.id, "outcome": "ignored", "handlers": [],
+            "detail": f"no handler registered for type {event.type!r}"
+                      + (f" and kind {info['kind']!r}" if info["kind"] else "")})
 
     def reject(status: int, outcome: str, message: str, known: dict[str, Any],
                start: float) -> Response:
@@ -197,23 +206,21 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
                           f"(raise EVENTOP_MAX_BODY_BYTES if such events are legitimate)",
                           {"id": request.headers.get("ce-id", "")}, start)
         info = _describe(event)
-        wanted = registry.matching(event)
-        if not wanted:
-            return finish(202, "ignored", info, start, {
-                "id": event.id, "outcome": "ignored", "handlers": [],
-                "detail": f"no handler registered for type {event.type!r}"
-                          + (f" and kind {info['kind']!r}" if info["kind"] else "")})
-        names = [r.name for r in wanted]
         try:
-            kube_access = provider.get()
+            kube_access = provider.get()  # cheap once made: no I/O, one per worker
         except Unavailable as exc:
+            names = [r.name for r in registry.matching(event)]
+            if not names:
+                return ignored(event, info, start)
             return finish(503, "unavailable", info, start, {
                 "id": event.id, "outcome": "unavailable", "handlers": [],
                 "error": f"Kubernetes API not available, handlers {', '.join(names)} not run: "
                          f"{exc}"}, names, logging.ERROR, str(exc))
         outcomes = registry.dispatch(event, kube_access)
+        if not outcomes:
+            return ignored(event, info, start)
         for o in outcomes:
-            metrics.HANDLER_DURATION.labels(o.handler).observe(o.duration)
+            metrics.handler_duration(o.handler).observe(o.duration)
         failed = [o for o in outcomes if not o.ok]
         results = [_outcome_json(o) for o in outcomes]
         ran = [o.handler for o in outcomes]

@@ -7,6 +7,7 @@ lines by most collectors). Event *data* is never logged: it may be a Secret.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,14 +21,18 @@ LOGGER = "eventop"
 _encode = json.JSONEncoder(default=str).encode
 
 
+@functools.lru_cache(maxsize=4)
+def _second(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+
+
 class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", **fields}``; ``fields`` comes from ``extra``."""
 
     def format(self, record: logging.LogRecord) -> str:
         created = record.created
         out: dict[str, Any] = {
-            "time": f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(created))}."
-                    f"{int(created % 1 * 1000):03d}Z",
+            "time": f"{_second(int(created))}.{int(created % 1 * 1000):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

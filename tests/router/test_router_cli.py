@@ -115,3 +115,15 @@ def test_gunicorn_settings_use_threads_and_disable_the_control_socket() -> None:
     assert settings["accesslog"] is None
     single = ServerOptions(host="0.0.0.0", port=1, threads=1).gunicorn_settings()
     assert single["worker_class"] == "sync"
+
+
+def test_app_factory_is_loadable_by_plain_gunicorn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gunicorn 'router.app:create_app()'`` resolves the app exactly like this."""
+    from flask import Flask
+    from gunicorn.util import import_app
+
+    monkeypatch.setenv("EVENTOP_BUILTIN_HANDLERS", "none")
+    app = import_app("router.app:create_app()")
+    assert isinstance(app, Flask)
+    assert {"/", "/events", "/healthz", "/readyz", "/metrics"} <= {
+        rule.rule for rule in app.url_map.iter_rules()}

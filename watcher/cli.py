@@ -23,6 +23,7 @@ import requests
 from kube import Kube, KubeError
 from watcher.cloudevent import simple_event, to_cloudevent
 from watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
+from watcher.leader import LeaderElector, default_identity, default_namespace
 from watcher.watch import (
     DEFAULT_RESOURCES,
     ResourceSpec,
@@ -38,8 +39,20 @@ log = logging.getLogger("eventop.watcher")
 def _flag(parser: argparse.ArgumentParser, flag: str, env: str, default: Any, help_: str,
           type_: Any = str) -> None:
     # argparse applies ``type`` to a string default, so an environment value is checked too.
+    extra: dict[str, Any] = {"nargs": "?", "const": True, "metavar": "BOOL"} \
+        if type_ is _bool else {}
     parser.add_argument(flag, default=os.environ.get(env, default), type=type_,
-                        help=f"{help_} [env {env}; default {default}]")
+                        help=f"{help_} [env {env}; default {default}]", **extra)
+
+
+def _bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    if text.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.strip().lower() in ("", "0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
 
 
 def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = False) -> None:
@@ -94,6 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
           "port of the Prometheus /metrics endpoint (0: off; default 9090 in a cluster)", int)
     _flag(run, "--drain-seconds", "EVENTOP_DRAIN_SECONDS", 20.0,
           "on SIGTERM, how long to keep delivering queued events before exiting", float)
+    _flag(run, "--leader-elect", "EVENTOP_LEADER_ELECT", False,
+          "emit only while holding a coordination.k8s.io Lease (run several replicas, one "
+          "active)", _bool)
+    _flag(run, "--lease-name", "EVENTOP_LEASE_NAME", "eventop-watcher", "name of the Lease")
+    _flag(run, "--lease-namespace", "EVENTOP_LEASE_NAMESPACE", None,
+          "namespace of the Lease (default: the pod's own namespace)")
+    _flag(run, "--lease-seconds", "EVENTOP_LEASE_SECONDS", 15.0,
+          "how long a leader that stopped renewing keeps the lease", float)
+    _flag(run, "--renew-deadline", "EVENTOP_RENEW_DEADLINE_SECONDS", 10.0,
+          "a leader unable to renew for this long stops (exits)", float)
+    _flag(run, "--retry-period", "EVENTOP_RETRY_PERIOD_SECONDS", 2.0,
+          "how often the lease is renewed or tried", float)
 
     rec = sub.add_parser("record", help="save a live LIST + watch in the shared/recordings "
                                         "format (one .list.json and one .watch.jsonl each)")
@@ -163,14 +188,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    elector: LeaderElector | None = None
+    lost = threading.Event()
+    if args.leader_elect:
+        elector = LeaderElector(kube, args.lease_name,
+                                args.lease_namespace or default_namespace(), default_identity(),
+                                lease_seconds=args.lease_seconds,
+                                renew_deadline=args.renew_deadline,
+                                retry_period=args.retry_period)
+        if not elector.acquire(stop):
+            return 0
+        elector.hold(lambda: (lost.set(), stop.set()))
     watcher = Watcher(kube, specs, deliverer, settings=settings, source=args.source)
     log.info("watching %s on %s, posting to %s", " ".join(map(str, specs)), kube.host, sink,
              extra={"fields": {"resources": [str(s) for s in specs], "sink": sink}})
     watcher.start()
     stop.wait()
-    log.info("stopping: delivering queued events for up to %.0fs", args.drain_seconds)
-    left = watcher.stop(args.drain_seconds)
-    return 0 if left == 0 else 1
+    drain = 0.0 if lost.is_set() else args.drain_seconds
+    log.info("stopping: delivering queued events for up to %.0fs", drain)
+    left = watcher.stop(drain)
+    if elector is not None:
+        elector.release()
+    return 1 if lost.is_set() or left else 0
 
 
 def _file_stem(path: str) -> str:

@@ -472,10 +472,16 @@ class Watcher:
         return all(loop.synced.wait(max(0.0, deadline - time.monotonic()))
                    for loop in self.loops)
 
-    def stop(self, drain_seconds: float = 0.0) -> int:
-        """Stop reading, deliver what is queued (up to ``drain_seconds``); returns undelivered."""
+    def stop(self, drain_seconds: float = 0.0, join_seconds: float = 3.0) -> int:
+        """Stop reading, deliver what is queued (up to ``drain_seconds``); returns undelivered.
+
+        A loop blocked in a quiet watch notices the stop at its next line or read timeout;
+        it is not waited for longer than ``join_seconds`` (the threads are daemons and end
+        with the process, and a pod has a termination grace period to respect).
+        """
         self.stop_event.set()
         left = self.deliverer.stop(drain_seconds)
+        deadline = time.monotonic() + join_seconds
         for loop in self.loops:
-            loop.join(self.settings.read_timeout + self.settings.connect_timeout + 1)
+            loop.join(max(0.0, deadline - time.monotonic()))
         return left

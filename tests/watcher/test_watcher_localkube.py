@@ -77,7 +77,7 @@ def start_watcher(local_kube, sink) -> Iterator[Callable[..., Watcher]]:
 
     yield start
     for w in watchers:
-        w.stop()
+        w.stop(join_seconds=5)
 
 
 def test_list_then_watch_sends_every_change_once_in_order(local_kube, sink, start_watcher):

@@ -1,0 +1,179 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, so two replicas never both emit.
+
+The same protocol as client-go's ``leaderelection`` with a ``LeaseLock``, so ``kubectl get
+lease`` reads as usual: the holder writes ``holderIdentity`` and renews ``renewTime`` every
+``retry_period``; a candidate takes over once the record has not changed for
+``leaseDurationSeconds`` *as observed on its own clock* (never by comparing the holder's
+timestamps with its own clock: the two may be skewed). Writes use the Lease's
+resourceVersion, so of two candidates racing for an expired lease exactly one wins.
+
+A leader that cannot renew for ``renew_deadline`` (API server unreachable, lease taken) has
+lost: :meth:`LeaderElector.hold` calls ``on_lost`` and the watcher exits, to be restarted as a
+candidate; staying up "maybe leader" is how two replicas end up emitting. On a clean shutdown
+the lease is released (holder emptied) so a standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kube import Conflict, Kube, KubeError
+
+log = logging.getLogger("eventop.watcher.leader")
+
+LEASE = ("coordination.k8s.io/v1", "Lease")
+SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def micro_time() -> str:
+    """A Kubernetes MicroTime: RFC 3339 with microseconds."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_identity() -> str:
+    """The pod name (HOSTNAME) plus a random suffix: a restarted pod is a new candidate."""
+    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def default_namespace() -> str:
+    """The pod's own namespace (downward API or service account), else ``default``."""
+    ns = os.environ.get("POD_NAMESPACE")
+    if ns:
+        return ns
+    try:
+        with open(SA_NAMESPACE, encoding="utf-8") as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, name: str, namespace: str, identity: str, *,
+                 lease_seconds: float = 15.0, renew_deadline: float = 10.0,
+                 retry_period: float = 2.0) -> None:
+        if not retry_period < renew_deadline < lease_seconds:
+            raise ValueError("leader election needs retry period < renew deadline < lease "
+                             f"duration (got {retry_period}, {renew_deadline}, {lease_seconds})")
+        self.kube = kube
+        self.name, self.namespace, self.identity = name, namespace, identity
+        self.lease_seconds = lease_seconds
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0  # monotonic time it was first seen
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.is_leader = False
+
+    # -- one attempt ---------------------------------------------------------------
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round of the protocol; True if this candidate holds the lease afterwards."""
+        now = micro_time()
+        lease = self.kube.get_or_none(*LEASE, self.name, self.namespace)
+        mine = {"holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, round(self.lease_seconds)),
+                "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+        if lease is None:
+            try:
+                self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1],
+                                  "metadata": {"name": self.name, "namespace": self.namespace},
+                                  "spec": mine})
+            except Conflict:
+                return False  # another candidate created it first
+            return True
+        spec: dict[str, Any] = dict(lease.get("spec") or {})
+        holder = str(spec.get("holderIdentity") or "")
+        record = (holder, str(spec.get("renewTime") or ""))
+        if record != self._observed:
+            self._observed, self._observed_at = record, time.monotonic()
+        if holder and holder != self.identity:
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+            if time.monotonic() - self._observed_at < duration:
+                return False  # held, and renewed recently as far as we have seen
+        if holder == self.identity:
+            mine["acquireTime"] = spec.get("acquireTime") or now
+            mine["leaseTransitions"] = int(spec.get("leaseTransitions") or 0)
+        else:
+            mine["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        try:
+            self.kube.replace({**lease, "spec": {**spec, **mine}})
+        except Conflict:
+            return False  # changed under us: someone else renewed or took it
+        return True
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Block until this candidate leads (True) or ``stop`` is set (False)."""
+        waiting_logged = False
+        while not stop.is_set():
+            try:
+                if self.try_acquire_or_renew():
+                    self.is_leader = True
+                    log.info("became leader: lease %s/%s held by %s", self.namespace,
+                             self.name, self.identity)
+                    return True
+                if not waiting_logged:
+                    log.info("standing by: lease %s/%s is held by %s", self.namespace,
+                             self.name, self._observed[0] if self._observed else "?")
+                    waiting_logged = True
+            except KubeError as exc:
+                log.warning("leader election on lease %s/%s failed: %s (check that the "
+                            "watcher may get, create and update leases in %s)", self.namespace,
+                            self.name, exc, self.namespace)
+            stop.wait(self.retry_period)
+        return False
+
+    def hold(self, on_lost: Callable[[], Any]) -> None:
+        """Renew in the background; ``on_lost`` once renewing failed past the deadline."""
+        def renew() -> None:
+            last = time.monotonic()
+            while not self._stop.wait(self.retry_period):
+                try:
+                    if self.try_acquire_or_renew():
+                        last = time.monotonic()
+                        continue
+                    reason = f"the lease is now held by {self._observed and self._observed[0]}"
+                except KubeError as exc:
+                    reason = str(exc)
+                if time.monotonic() - last >= self.renew_deadline or (
+                        self._observed and self._observed[0] not in ("", self.identity)):
+                    self.is_leader = False
+                    log.error("lost leadership of lease %s/%s (%s); stopping so that only one "
+                              "watcher emits", self.namespace, self.name, reason)
+                    on_lost()
+                    return
+                log.warning("could not renew lease %s/%s: %s", self.namespace, self.name,
+                            reason)
+
+        self._thread = threading.Thread(target=renew, name="lease-renew", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and hand the lease back, so a standby takes over without waiting."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.retry_period + 5)
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        try:
+            lease = self.kube.get_or_none(*LEASE, self.name, self.namespace)
+            spec = dict((lease or {}).get("spec") or {})
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                return
+            spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=micro_time())
+            self.kube.replace({**lease, "spec": spec})
+            log.info("released lease %s/%s", self.namespace, self.name)
+        except KubeError as exc:
+            log.warning("could not release lease %s/%s (a standby takes over when it "
+                        "expires): %s", self.namespace, self.name, exc)

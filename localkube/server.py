@@ -33,6 +33,8 @@ VERSION = {"major": "1", "minor": "24", "gitVersion": "v1.24.0-localkube",
            "gitCommit": "localkube", "gitTreeState": "clean", "buildDate": "2022-05-03T13:38:19Z",
            "goVersion": "go1.18.1", "compiler": "gc", "platform": "linux/amd64"}
 MAX_BODY = 3 * 1024 * 1024
+# Kinds whose registry answers DELETE with the object instead of a Status (ReturnDeletedObject).
+RETURNS_DELETED = ("Namespace", "Pod", "Service", "PersistentVolumeClaim")
 PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
                "application/strategic-merge-patch+json": "merge",
                "application/apply-patch+yaml": "apply"}
@@ -335,7 +337,7 @@ class Handler(BaseHTTPRequestHandler):
         obj, gone = self.kube.store.delete(res, ns, name, uid=pre.get("uid"),
                                            resource_version=pre.get("resourceVersion"),
                                            propagation=propagation, dry_run=dry)
-        if gone and res.kind != "Namespace":
+        if gone and res.kind not in RETURNS_DELETED:
             details: Obj = {"name": name}
             if res.group:
                 details["group"] = res.group
@@ -386,6 +388,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         kube.requests.append(("GET", urlsplit(self.path).path, urlsplit(self.path).query, 200))
         try:
+            if not self._wait_while_hung(epoch):
+                self._abort()
+                return
             if expired is not None:
                 self._chunk(_line("ERROR", expired.status(), False))
                 self._chunk(b"")
@@ -450,6 +455,17 @@ class Handler(BaseHTTPRequestHandler):
             pos = batch[-1].rv
             if out:
                 self._chunk(b"".join(out))
+
+    def _wait_while_hung(self, epoch: int) -> bool:
+        """A new watch on a hung server gets its headers, then silence (no initial events).
+
+        False if the watch was broken or the server stopped meanwhile.
+        """
+        kube = self.kube
+        with kube.store.changed:
+            while kube.hung and not kube.stopping and kube.watch_epoch == epoch:
+                kube.store.changed.wait(1.0)
+            return not kube.stopping and kube.watch_epoch == epoch
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

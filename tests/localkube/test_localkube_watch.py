@@ -207,3 +207,14 @@ def test_the_official_client_resumes_a_watch_through_kube(lk: LocalKube, k: Kube
                                                ("timeoutSeconds", 1)], timeout=(2, 5)))
     assert [json.loads(line)["type"] for line in lines] == ["ADDED"]
     assert len(items) == 1
+
+
+def test_a_watch_opened_on_a_hung_server_gets_nothing_until_released(lk: LocalKube) -> None:
+    lk.hang_watches(True)
+    raw = RawWatch(lk.url, f"{CMS}?watch=1")
+    raw.read_until(b"200 OK")
+    assert b"ADDED" not in raw.buffer + raw.read(0.3)
+    lk.hang_watches(False)
+    text = raw.read_until(b'"ADDED"')
+    raw.close()
+    assert b"kube-root-ca.crt" in text

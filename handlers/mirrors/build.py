@@ -440,6 +440,11 @@ def statefulset(mirror: Obj, spec: MirrorSpec, *, credentials_version: str | Non
         "spec": {
             "replicas": 1,
             "serviceName": names.headless_service,
+            # With the default OrderedReady, a pod that never gets Ready (say, a typo in
+            # the upstream) blocks the rolling update that would fix it until someone
+            # deletes the pod by hand; with one replica, Parallel costs nothing. Immutable
+            # after creation, like serviceName and selector.
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector_labels(mirror, "registry")},
             "updateStrategy": {"type": "RollingUpdate"},
             "template": {

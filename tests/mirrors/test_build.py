@@ -188,6 +188,8 @@ def test_statefulset_is_governed_by_the_headless_service(any_mirror: Obj) -> Non
     assert headless["spec"]["clusterIP"] == "None"
     assert svc["spec"]["type"] == "ClusterIP" and "clusterIP" not in svc["spec"]
     assert sts["spec"]["replicas"] == 1
+    # a broken pod must not block the rollout of its fix
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
 
 
 def test_services_select_the_registry_pods_and_only_them(any_mirror: Obj) -> None:

@@ -146,6 +146,21 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
             "detail": outcome.detail}
 
 
+def _read_body() -> bytes:
+    """The request body, refusing one over ``MAX_CONTENT_LENGTH`` even when it is chunked.
+
+    Werkzeug rejects a too large ``Content-Length`` up front, but a chunked body (no
+    length) is only cut off at the limit: ``get_data`` returns the first bytes as if they
+    were the whole body. Then one more byte from the server's stream means it was too long.
+    """
+    body = request.get_data(cache=False)
+    limit = request.max_content_length
+    if (request.content_length is None and limit is not None and len(body) >= limit
+            and request.environ["wsgi.input"].read(1)):
+        raise RequestEntityTooLarge()
+    return body
+
+
 def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     """The router app. ``registry`` defaults to :func:`handlers.load` (built-in handlers plus
     ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per worker
@@ -194,8 +209,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     def receive() -> Response:
         start = time.perf_counter()
         try:
-            event = parse_request(headers_from_environ(request.environ),
-                                  request.get_data(cache=False))
+            event = parse_request(headers_from_environ(request.environ), _read_body())
         except BadEvent as bad:
             outcome = "unsupported_media_type" if bad.status == 415 else "invalid"
             return reject(bad.status, outcome, bad.message, bad.known, start)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from typing import Any
@@ -380,6 +381,23 @@ def test_body_over_the_limit_is_rejected_with_413_naming_the_limit(
         "request body is larger than the limit of 1024 bytes (raise EVENTOP_MAX_BODY_BYTES "
         "if such events are legitimate)")
     assert recorder.seen == []
+
+
+@pytest.mark.parametrize(("size", "status"), [(5000, 413), (1024, 202), (1000, 202)])
+def test_chunked_body_is_held_to_the_same_limit(recorder: Recorder,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 size: int, status: int) -> None:
+    """Without Content-Length, Werkzeug would hand over the first bytes as the whole body."""
+    monkeypatch.setenv("EVENTOP_MAX_BODY_BYTES", "1024")
+    client = create_app(registry=recorder.registry, kube=FakeKube()).test_client()
+    body = b'"' + b"x" * (size - 2) + b'"'
+    resp = client.post("/", headers=ce_headers(ce_type="test.nobody"),
+                       input_stream=io.BytesIO(body),
+                       environ_overrides={"wsgi.input_terminated": True})  # as gunicorn does
+    assert resp.status_code == status
+    if status == 413:
+        assert resp.get_json()["error"].startswith(
+            "request body is larger than the limit of 1024 bytes")
 
 
 def test_default_limit_accepts_the_largest_kubernetes_object(client: FlaskClient,

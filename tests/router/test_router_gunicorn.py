@@ -169,6 +169,12 @@ def test_bad_input_over_http_gets_4xx_and_the_router_keeps_serving(router: Route
                                   "ce-specversion": "1.0", "Content-Type": "application/json"})
     assert resp.status_code == 413
     assert resp.json()["error"].startswith("request body is larger than the limit of 8388608")
+    chunks = (b"x" * 65536 for _ in range(130))  # 8.1 MiB, chunked: no Content-Length
+    resp = requests.post(router.url, data=chunks, timeout=30,
+                         headers={"ce-id": "chunked", "ce-source": "/s", "ce-type": "test.big",
+                                  "ce-specversion": "1.0", "Content-Type": "text/plain"})
+    assert resp.status_code == 413
+    assert resp.json()["id"] == "chunked"
     resp = requests.post(router.url, json={"a": 1}, timeout=30)
     assert resp.status_code == 415
     assert resp.json()["error"].startswith("not a CloudEvent: Content-Type 'application/json'")

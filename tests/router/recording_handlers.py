@@ -22,6 +22,7 @@ KUBE = "dev.knative.apiserver.*"
 FAIL_TYPE = "test.eventop.fail"
 UNAVAILABLE_TYPE = "test.eventop.unavailable"
 SLOW_TYPE = "test.eventop.slow"
+KUBE_TYPE = "test.eventop.kube"
 
 
 def record(handler: str, event: Event) -> str:
@@ -76,6 +77,14 @@ def slow(event: Event, kube: Any) -> str:
     """Holds its worker a little, so concurrent events spread over the workers."""
     time.sleep(0.02)
     return record("slow", event)
+
+
+@on(KUBE_TYPE)
+def reads_the_api(event: Event, kube: Any) -> str:
+    """Uses the worker's own Kubernetes connection, made lazily after gunicorn forked."""
+    namespace = kube.get_or_none("v1", "Namespace", event.data["namespace"])
+    return f"namespace {event.data['namespace']}: " + (
+        f"uid {namespace['metadata']['uid']}" if namespace else "absent")
 
 
 @on(FAIL_TYPE)

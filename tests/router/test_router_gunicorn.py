@@ -12,14 +12,13 @@ import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.router.recording_handlers import FAIL_TYPE, SLOW_TYPE, UNAVAILABLE_TYPE
+from tests.router.recording_handlers import FAIL_TYPE, KUBE_TYPE, SLOW_TYPE, UNAVAILABLE_TYPE
 from tests.router.router_helpers import (
     binary,
     cloudevent,
@@ -31,38 +30,23 @@ from tests.router.router_helpers import (
 from tests.support.processes import RouterProcess, free_port
 from watcher.cloudevent import to_cloudevent, to_http
 
+REPO = Path(__file__).resolve().parents[2]
 HANDLER_FOR_KIND = {"ConfigMap": "configmaps", "Secret": "secrets", "Namespace": "namespaces",
                     "CopyRule": "copy_rules", "RegistryMirror": "mirrors",
                     "ExchangeRate": "exchange_rates"}
 MODULE = "tests.router.recording_handlers"
 
 
-class _VersionOnly(BaseHTTPRequestHandler):
-    """Just enough kube-apiserver for readiness: ``GET /version``."""
-
-    def do_GET(self) -> None:
-        body = json.dumps({"major": "1", "minor": "24", "gitVersion": "v1.24.0"}).encode()
-        self.send_response(200 if self.path == "/version" else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def api_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _VersionOnly)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def api() -> Iterator[Any]:
+    from localkube import LocalKube
+
+    server = LocalKube(crd_dir=str(REPO / "crds"))
+    server.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        server.stop()
 
 
 class Router:
@@ -90,11 +74,11 @@ class Router:
 
 
 @pytest.fixture(scope="module")
-def router(api_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+def router(api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
     tmp = tmp_path_factory.mktemp("router")
     record = tmp / "received.jsonl"
     process = RouterProcess({"EVENTOP_BUILTIN_HANDLERS": "none", "EVENTOP_HANDLERS": MODULE,
-                             "EVENTOP_TEST_RECORD": str(record), "EVENTOP_KUBE_URL": api_url},
+                             "EVENTOP_TEST_RECORD": str(record), "EVENTOP_KUBE_URL": api.url},
                             workers=2, log_dir=str(tmp))
     try:
         yield Router(process, record)
@@ -199,6 +183,16 @@ def test_readyz_is_200_when_the_api_answers(router: Router) -> None:
     resp = requests.get(router.url + "/readyz", timeout=10)
     assert resp.status_code == 200
     assert resp.json()["ready"] is True
+
+
+def test_handlers_reach_the_kubernetes_api_from_every_worker(router: Router, api: Any) -> None:
+    uid = api.get("v1", "Namespace", "default")["metadata"]["uid"]
+    for i in range(6):  # fresh connections, so both workers answer some
+        resp = router.post(binary(cloudevent(KUBE_TYPE, {"namespace": "default"}, id_=f"k{i}")))
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["handlers"][0]["detail"] == f"namespace default: uid {uid}"
+    resp = router.post(binary(cloudevent(KUBE_TYPE, {"namespace": "nope"}, id_="k-absent")))
+    assert resp.json()["handlers"][0]["detail"] == "namespace nope: absent"
 
 
 def _sample(text: str, name: str, **labels: str) -> float:

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from localkube.deferred import Deferred
 from localkube.selectors import parse_label_selector
 from localkube.server import Server
 from localkube.store import Obj, Store
@@ -29,16 +30,24 @@ class LocalKube:
     resourceVersions get 410 Expired); ``bookmark_interval`` is how often watches that ask
     for bookmarks get one (seconds); ``bind_pvcs`` makes new PVCs Bound at once;
     ``root_ca`` publishes ``kube-root-ca.crt`` into every namespace like a real cluster.
+
+    Controllers (garbage collector, namespace controller, PVC binder) run inside the write
+    that triggers them, so a test sees their result as soon as the call returns. With
+    ``namespace_delay`` (seconds) a deleted namespace stays Terminating, content and all,
+    for that long before the namespace controller empties and removes it, as on a real
+    cluster; ``wait_idle()`` waits for that work.
     """
 
     def __init__(self, crd_dir: str | Path | None = "crds", *, host: str = "127.0.0.1",
                  port: int = 0, history: int = 10000, bookmark_interval: float = 1.0,
-                 bind_pvcs: bool = True, root_ca: bool = True) -> None:
+                 bind_pvcs: bool = True, root_ca: bool = True,
+                 namespace_delay: float | None = None) -> None:
         if crd_dir is not None and not Path(crd_dir).is_dir() and \
                 not Path(crd_dir).is_absolute() and (REPO_CRDS.parent / crd_dir).is_dir():
             crd_dir = REPO_CRDS.parent / crd_dir
         self.store = Store(str(crd_dir) if crd_dir is not None else None, history=history,
-                           bind_pvcs=bind_pvcs, root_ca=root_ca)
+                           bind_pvcs=bind_pvcs, root_ca=root_ca,
+                           namespace_delay=namespace_delay)
         self.host, self.port = host, port
         self.bookmark_interval = bookmark_interval
         self.requests = RequestLog()
@@ -56,6 +65,8 @@ class LocalKube:
         """Listen (port 0 picks a free one) and serve in a background thread; return the URL."""
         if self._server is not None:
             return self.url
+        if self.store.deferred.stopped:
+            self.store.deferred = Deferred()
         self.stopping = False
         self._server = Server((self.host, self.port), self)
         self.port = self._server.server_address[1]
@@ -68,6 +79,7 @@ class LocalKube:
 
     def stop(self) -> None:
         """Stop serving: end every watch, close every connection, join every thread."""
+        self.store.deferred.stop()
         server, self._server = self._server, None
         if server is None:
             return
@@ -132,13 +144,13 @@ class LocalKube:
     def compact(self) -> None:
         self.store.compact()
 
-    def wait_idle(self, timeout: float = 5.0) -> bool:
-        """Controllers run inside the write that triggers them, so this returns at once.
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until deferred controller work (``namespace_delay``) is done.
 
-        Kept so tests can be written against a future asynchronous mode unchanged.
+        Returns at once without it (controllers then run inside each write). False if
+        ``timeout`` seconds passed first.
         """
-        with self.store.lock:
-            return True
+        return self.store.deferred.wait_idle(timeout)
 
     @property
     def resource_version(self) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from localkube import apply as ssa
 from localkube import errors, validation
+from localkube.deferred import Deferred
 from localkube.errors import ApiError
 from localkube.objects import canonical, event_line, now, without_volatile
 from localkube.patches import json_patch, merge_patch
@@ -82,7 +83,8 @@ class Store:
     """Objects of every served kind, with real-server write semantics."""
 
     def __init__(self, crd_dir: str | None = "crds", *, history: int = 10000,
-                 bind_pvcs: bool = True, root_ca: bool = True) -> None:
+                 bind_pvcs: bool = True, root_ca: bool = True,
+                 namespace_delay: float | None = None) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.table = ResourceTable()
@@ -98,6 +100,8 @@ class Store:
         self._dependents: dict[str, set[str]] = {}
         self._schemas: dict[Key, SchemaValidator] = {}
         self._next_ip = 10
+        self.namespace_delay = namespace_delay
+        self.deferred = Deferred()
         with self.lock:
             for ns in SYSTEM_NAMESPACES:
                 self.create(self.resource("v1", "Namespace"), None,
@@ -615,16 +619,24 @@ class Store:
             new["status"] = {"phase": "Terminating"}
             self._finish(res, None, name, rec, new, rec.managers)
         first = copy.deepcopy(self._require(res, None, name).obj)
-        for key, by_ns in list(self._data.items()):
-            content = list((by_ns.get(name) or {}).values())
-            ctype = self._type_for(key)
-            for item in content:
-                if ctype is not None and ctype.namespaced:
+        if self.namespace_delay is None:
+            self._clean_namespace(name)
+        else:
+            self.deferred.schedule(self.namespace_delay, lambda: self._clean_namespace(name))
+        return first, False
+
+    def _clean_namespace(self, name: str) -> None:
+        """The namespace controller: delete everything in it, then the namespace."""
+        with self.lock:
+            for key, by_ns in list(self._data.items()):
+                ctype = self._type_for(key)
+                if ctype is None or not ctype.namespaced:
+                    continue
+                for item in list((by_ns.get(name) or {}).values()):
                     current = self._record(ctype, name, item.obj["metadata"]["name"])
                     if current is not None:
                         self._delete(ctype, current, "Background")
-        self._finish_namespace(name)
-        return first, False
+            self._finish_namespace(name)
 
     def _finish_namespace(self, name: str) -> None:
         if any(by_ns.get(name) for by_ns in self._data.values()):

@@ -156,3 +156,21 @@ def test_system_namespaces_cannot_be_deleted(k: Kube) -> None:
     with pytest.raises(errors.Forbidden, match="this namespace may not be deleted"):
         k.delete("v1", "Namespace", "default")
     assert k.get("v1", "Namespace", "default")["status"]["phase"] == "Active"
+
+
+def test_with_a_namespace_delay_content_outlives_the_terminating_namespace_for_a_while(
+        ) -> None:
+    with LocalKube(crd_dir=REPO / "crds", namespace_delay=0.2) as server:
+        kube = Kube.connect(url=server.url)
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "slow"}})
+        kube.create(cm("x", "slow"))
+        kube.delete("v1", "Namespace", "slow")
+        terminating = kube.get("v1", "Namespace", "slow")
+        content = kube.get_or_none("v1", "ConfigMap", "x", "slow")
+        with pytest.raises(errors.Forbidden):
+            kube.create(cm("y", "slow"))
+        assert server.wait_idle()
+        gone = kube.get_or_none("v1", "Namespace", "slow")
+        leftovers = kube.list("v1", "ConfigMap", "slow")
+    assert terminating["status"]["phase"] == "Terminating" and content is not None
+    assert gone is None and leftovers == []

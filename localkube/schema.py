@@ -30,6 +30,11 @@ def default_and_prune(value: Any, schema: Obj | None, *, root: bool = False) -> 
         for key in list(value):
             if root and key in ROOT_SKIP:
                 continue
+            sub = props.get(key) if props is not None else (addl if isinstance(addl, dict)
+                                                             else None)
+            if value[key] is None and sub is not None and not sub.get("nullable"):
+                del value[key]  # nulls of non-nullable fields are pruned, as in 1.20+
+                continue
             if props is not None and key in props:
                 value[key] = default_and_prune(value[key], props[key])
             elif isinstance(addl, dict):
@@ -108,12 +113,27 @@ def _translate(err: jsonschema.ValidationError) -> list[Obj]:
     return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {err.message}")]
 
 
+def _nullable(schema: Any) -> Any:
+    """OpenAPI ``nullable: true`` as JSON Schema: the type also admits null."""
+    if isinstance(schema, dict):
+        if schema.get("nullable") and isinstance(schema.get("type"), str):
+            schema["type"] = [schema["type"], "null"]
+            if "enum" in schema:
+                schema["enum"] = [*schema["enum"], None]
+        for value in schema.values():
+            _nullable(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _nullable(value)
+    return schema
+
+
 class SchemaValidator:
     """A compiled openAPIV3Schema (metadata, apiVersion and kind are validated elsewhere)."""
 
     def __init__(self, schema: Obj) -> None:
         self.schema = schema
-        body = copy.deepcopy(schema)
+        body = _nullable(copy.deepcopy(schema))
         for key in ROOT_SKIP:
             (body.get("properties") or {}).pop(key, None)
         self._validator = jsonschema.Draft4Validator(body)

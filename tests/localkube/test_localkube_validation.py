@@ -150,3 +150,8 @@ def test_workload_selectors_must_match_their_template(k: Kube, kind: str) -> Non
     obj["spec"]["template"]["metadata"]["labels"] = {"app": "other"}
     with pytest.raises(errors.Invalid, match="`selector` does not match template `labels`"):
         k.create(obj)
+
+
+def test_nulls_of_non_nullable_fields_are_pruned_before_defaulting(k: Kube) -> None:
+    obj = k.create(_mirror({"upstream": "https://quay.io", "hostPort": None}))
+    assert obj["spec"]["hostPort"] == 5000

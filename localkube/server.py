@@ -118,29 +118,27 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        status = 500
         try:
             raw = self._read_body()
             if self.kube.unavailable:
                 raise errors.unavailable()
             result = self._route(method, url.path, query, raw)
-            if result is None:  # a watch stream, already answered
+            if result is None:  # a watch: logged and answered by _watch
                 return
             status, body = result
-            self._send(status, body)
         except ApiError as exc:
-            status = exc.code
-            self._send(status, exc.status())
+            status, body = exc.code, exc.status()
         except (ConnectionError, BrokenPipeError):
             self.close_connection = True
+            return
         except Exception as exc:  # a bug in localkube: report it like the real server would
-            status = 500
-            self._send(500, ApiError(500, "InternalError",
-                                     f"localkube internal error: {type(exc).__name__}: {exc}",
-                                     {}).status())
-        finally:
-            if status != -1:
-                self.kube.requests.append((method, url.path, url.query, status))
+            status, body = 500, ApiError(
+                500, "InternalError", f"localkube internal error: {type(exc).__name__}: {exc}",
+                {}).status()
+        # Logged before answering, so a client that got its answer finds it in the log.
+        self.kube.requests.append((method, url.path, url.query, status))
+        with contextlib.suppress(ConnectionError):
+            self._send(status, body)
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -382,11 +380,11 @@ class Handler(BaseHTTPRequestHandler):
                         f'invalid resource version "{rv_param}": must be an integer') from exc
                 if pos < store.first_rv - 1:
                     expired = errors.expired(pos, store.first_rv - 1)
+        kube.requests.append(("GET", urlsplit(self.path).path, urlsplit(self.path).query, 200))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        kube.requests.append(("GET", urlsplit(self.path).path, urlsplit(self.path).query, 200))
         try:
             if not self._wait_while_hung(epoch):
                 self._abort()

@@ -202,3 +202,37 @@ def test_the_request_log_records_method_path_query_and_status(lk: LocalKube, k: 
     assert lk.requests == [
         ("GET", "/api/v1/namespaces/default/configmaps/nope", "", 404),
         ("GET", "/api/v1/namespaces/default/configmaps", "limit=500&labelSelector=a%3Db", 200)]
+
+
+def test_dry_run_answers_without_storing(lk: LocalKube, http: Http) -> None:
+    rv = lk.resource_version
+    status, body = http.call("POST", "/api/v1/namespaces/default/configmaps", cm("x"),
+                             params={"dryRun": "All"})
+    assert status == 201 and body["metadata"]["name"] == "x"
+    assert lk.get("v1", "ConfigMap", "x", "default") is None
+    assert lk.resource_version == rv
+
+
+def test_generate_name_makes_a_unique_name(k: Kube) -> None:
+    made = k.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"generateName": "job-", "namespace": "default"}})
+    assert made["metadata"]["name"].startswith("job-") and len(made["metadata"]["name"]) == 9
+
+
+def test_delete_collection_by_label(k: Kube, http: Http) -> None:
+    k.create(cm("a", labels={"batch": "1"}))
+    k.create(cm("b", labels={"batch": "1"}))
+    k.create(cm("c"))
+    status, _ = http.call("DELETE", "/api/v1/namespaces/default/configmaps",
+                          params={"labelSelector": "batch=1"})
+    assert status == 200
+    assert sorted(o["metadata"]["name"] for o in k.list("v1", "ConfigMap", "default")) == [
+        "c", "kube-root-ca.crt"]
+
+
+def test_post_event_creates_then_counts_repeats(k: Kube) -> None:
+    involved = k.create(cm("x"))
+    k.post_event(involved, "Normal", "Copied", "copied somewhere")
+    k.post_event(involved, "Normal", "Copied", "copied somewhere")
+    [event] = k.list("v1", "Event", "default")
+    assert event["count"] == 2 and event["involvedObject"]["uid"] == involved["metadata"]["uid"]

@@ -218,3 +218,10 @@ def test_a_watch_opened_on_a_hung_server_gets_nothing_until_released(lk: LocalKu
     text = raw.read_until(b'"ADDED"')
     raw.close()
     assert b"kube-root-ca.crt" in text
+
+
+def test_a_watch_is_logged_once_when_it_starts(lk: LocalKube, http: Http) -> None:
+    lk.requests.clear()
+    http.watch(CMS, resourceVersion=lk.resource_version, timeoutSeconds=0.1)
+    assert lk.requests == [("GET", CMS, f"watch=true&resourceVersion={lk.resource_version}"
+                            "&timeoutSeconds=0.1", 200)]

@@ -25,14 +25,14 @@ import threading
 import time
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
 from handlers.events import Event
 from handlers.registry import Outcome, Registry
 from kube.errors import KubeError, Unavailable
 from router import logs, metrics
-from router.parse import BadEvent, headers_from_environ, parse_request
+from router.parse import BadEvent, headers_from_environ, parse_lowered
 
 log = logging.getLogger("eventop.router")
 
@@ -146,17 +146,16 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
             "detail": outcome.detail}
 
 
-def _read_body() -> bytes:
-    """The request body, refusing one over ``MAX_CONTENT_LENGTH`` even when it is chunked.
+def _read_body(req: Request, limit: int) -> bytes:
+    """The request body, refusing one over ``limit`` (``MAX_CONTENT_LENGTH``) even chunked.
 
     Werkzeug rejects a too large ``Content-Length`` up front, but a chunked body (no
     length) is only cut off at the limit: ``get_data`` returns the first bytes as if they
     were the whole body. Then one more byte from the server's stream means it was too long.
     """
-    body = request.get_data(cache=False)
-    limit = request.max_content_length
-    if (request.content_length is None and limit is not None and len(body) >= limit
-            and request.environ["wsgi.input"].read(1)):
+    body = req.get_data(cache=False)
+    if (len(body) >= limit and not req.environ.get("CONTENT_LENGTH")
+            and req.environ["wsgi.input"].read(1)):
         raise RequestEntityTooLarge()
     return body
 
@@ -171,7 +170,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
 
         registry = handlers.load()
     app = Flask("router")
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes()
+    app.config["MAX_CONTENT_LENGTH"] = limit = max_body_bytes()
     provider = KubeProvider(kube)
     readiness = Readiness(provider)
     app.extensions["eventop"] = {"registry": registry, "kube": provider,
@@ -208,17 +207,17 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     @app.post("/events")
     def receive() -> Response:
         start = time.perf_counter()
+        req = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
         try:
-            event = parse_request(headers_from_environ(request.environ), _read_body())
+            event = parse_lowered(headers_from_environ(req.environ), _read_body(req, limit))
         except BadEvent as bad:
             outcome = "unsupported_media_type" if bad.status == 415 else "invalid"
             return reject(bad.status, outcome, bad.message, bad.known, start)
         except RequestEntityTooLarge:
-            limit = app.config["MAX_CONTENT_LENGTH"]
             return reject(413, "too_large",
                           f"request body is larger than the limit of {limit} bytes "
                           f"(raise EVENTOP_MAX_BODY_BYTES if such events are legitimate)",
-                          {"id": request.headers.get("ce-id", "")}, start)
+                          {"id": req.headers.get("ce-id", "")}, start)
         info = _describe(event)
         try:
             kube_access = provider.get()  # cheap once made: no I/O, one per worker

@@ -45,6 +45,28 @@ class JsonFormatter(logging.Formatter):
         return _encode(out)
 
 
+class LineHandler(logging.Handler):
+    """Write each formatted record as one line, with one ``write(2)`` on a file descriptor.
+
+    Not ``StreamHandler``: with one line per event, its text layer (encode, line buffering,
+    then a flush that finds nothing left to do) cost as much as formatting the line. One
+    write per line also keeps the lines of several gunicorn workers sharing one stderr
+    whole (atomic up to PIPE_BUF bytes on a pipe).
+    """
+
+    def __init__(self, fd: int = 2) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            while data:
+                data = data[os.write(self.fd, data):]
+        except Exception:
+            self.handleError(record)
+
+
 def configure(level: str | None = None, *, force: bool = False) -> None:
     """Send eventop's logs to stderr as JSON, unless logging is already set up.
 
@@ -63,7 +85,11 @@ def configure(level: str | None = None, *, force: bool = False) -> None:
         return
     if not force and (logger.handlers or logging.getLogger().handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler
+    try:
+        handler = LineHandler(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # stderr replaced by an in-memory stream
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler._eventop = True  # type: ignore[attr-defined]
     logger.addHandler(handler)

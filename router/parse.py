@@ -73,7 +73,11 @@ def parse_request(headers: Mapping[str, str], body: bytes) -> Event:
     Raises :class:`BadEvent` with 415 for a content type that is neither, and 400 for a
     malformed event.
     """
-    lowered = {k.lower(): v for k, v in headers.items()}
+    return parse_lowered({k.lower(): v for k, v in headers.items()}, body)
+
+
+def parse_lowered(lowered: dict[str, str], body: bytes) -> Event:
+    """:func:`parse_request` for headers whose names are already lower-case."""
     if any(k.startswith("ce-") for k in lowered):
         return _binary(lowered, body)
     content_type = lowered.get("content-type", "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from typing import Any
 
 import pytest
@@ -671,3 +672,44 @@ def _no_kube_configured(monkeypatch: pytest.MonkeyPatch, home: Any) -> None:
     for name in ("EVENTOP_KUBE_URL", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
+
+
+def test_line_handler_writes_whole_json_lines_to_its_descriptor(tmp_path: Any) -> None:
+    from router.logs import LineHandler
+
+    path = tmp_path / "log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        handler = LineHandler(fd)
+        handler.setFormatter(JsonFormatter())
+        logger = logging.getLogger("eventop.test.linehandler")
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            logger.warning("first")
+            logger.warning("second %s", "é", extra={"fields": {"id": "x"}})
+        finally:
+            logger.removeHandler(handler)
+    finally:
+        os.close(fd)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(line["message"], line.get("id")) for line in lines] == [
+        ("first", None), ("second é", "x")]
+
+
+def test_logging_setup_leaves_configured_logging_alone_unless_forced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from router import logs
+
+    logger = logging.getLogger("eventop")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "propagate", True)
+    root_handler = logging.NullHandler()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [root_handler])
+    logs.configure()
+    assert logger.handlers == [] and logger.propagate  # pytest's or the host's handlers win
+    logs.configure(force=True)
+    [ours] = logger.handlers
+    assert isinstance(ours.formatter, JsonFormatter) and not logger.propagate
+    logs.configure(force=True)
+    assert logger.handlers == [ours]  # idempotent

@@ -229,7 +229,14 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
                 "id": event.id, "outcome": "unavailable", "handlers": [],
                 "error": f"Kubernetes API not available, handlers {', '.join(names)} not run: "
                          f"{exc}"}, names, logging.ERROR, str(exc))
-        outcomes = registry.dispatch(event, kube_access)
+        try:
+            outcomes = registry.dispatch(event, kube_access)
+        except Exception as exc:  # the registry captures handler errors; this is a bug
+            log.exception("dispatching event %s failed", event.id, extra={"fields": info})
+            message = f"event {event.id}: dispatch failed: {type(exc).__name__}: {exc}"
+            return finish(500, "error", info, start, {
+                "id": event.id, "outcome": "error", "error": message, "handlers": []},
+                None, logging.ERROR, message)
         if not outcomes:
             return ignored(event, info, start)
         for o in outcomes:

@@ -517,8 +517,19 @@ def test_unexpected_router_error_is_a_json_500_and_the_app_keeps_serving(
     client = create_app(registry=registry, kube=fake_kube).test_client()
     resp = post(client, binary(cloudevent("test.any", {})))
     assert resp.status_code == 500
-    assert resp.get_json() == {"error": "internal error: RuntimeError: registry exploded"}
+    assert resp.get_json() == {
+        "id": "event-1", "outcome": "error", "handlers": [],
+        "error": "event event-1: dispatch failed: RuntimeError: registry exploded"}
     assert client.get("/healthz").status_code == 200
+
+
+def test_unexpected_error_outside_dispatch_is_a_json_500(fake_kube: FakeKube,
+                                                         recorder: Recorder) -> None:
+    app = create_app(registry=recorder.registry, kube=fake_kube)
+    app.extensions["eventop"]["readiness"].check = lambda: 1 / 0
+    resp = app.test_client().get("/readyz")
+    assert resp.status_code == 500
+    assert resp.get_json() == {"error": "internal error: ZeroDivisionError: division by zero"}
 
 
 # -- probes, metrics, other routes ---------------------------------------------------------

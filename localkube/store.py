@@ -1,16 +1,13 @@
-"""The object store: every write, its resourceVersion, its watch event, and the controllers.
+"""The object store: every write, its resourceVersion and its watch event.
 
 One re-entrant lock guards everything; watchers wait on a Condition of that lock. Each
 resourceVersion bump produces exactly one event, so the retained history is a contiguous
 window ``[first_rv, rv]`` and a watch position is an index into it (O(1) to resume).
 
-The built-in controllers a real cluster runs next to the API server are done synchronously
-inside the write that triggers them, which makes tests deterministic:
-* garbage collector: deleting an owner deletes dependents whose owners are all gone;
-* namespace controller: deleting a namespace marks it Terminating, deletes its content and
-  then the namespace;
-* PVC binder: a new claim is Bound at once (unless ``bind_pvcs=False``);
-* root CA publisher: every namespace gets a ``kube-root-ca.crt`` ConfigMap.
+Every write goes create/update/patch/apply -> ``_finish`` (admission, generation, no-op
+detection) -> ``_store`` (version, index, event); removals go ``_drop``. Admission
+(``admission.py``) and the cluster's controllers (``controllers.py``: GC, namespaces, root
+CA, CRDs) are mixins, run inside the triggering write so tests see their effect at once.
 """
 
 from __future__ import annotations
@@ -24,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localkube import apply as ssa
-from localkube import errors, validation
+from localkube import errors
+from localkube.admission import Admission
+from localkube.controllers import PROTECTED_NAMESPACES, Controllers
 from localkube.deferred import Deferred
 from localkube.errors import ApiError
 from localkube.objects import canonical, event_line, now, without_volatile
@@ -35,22 +34,6 @@ from localkube.schema import SchemaValidator
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
-ROOT_CA_DESCRIPTION = (
-    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
-    "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
-    "guaranteed across distributions of Kubernetes clusters.")
-NS_DONE_CONDITIONS = [
-    ("NamespaceDeletionDiscoveryFailure", "ResourcesDiscovered",
-     "All resources successfully discovered"),
-    ("NamespaceDeletionGroupVersionParsingFailure", "ParsedGroupVersions",
-     "All legacy kube types successfully parsed"),
-    ("NamespaceDeletionContentFailure", "ContentDeleted",
-     "All content successfully deleted, may be waiting on finalization"),
-    ("NamespaceContentRemaining", "ContentRemoved", "All content successfully removed"),
-    ("NamespaceFinalizersRemaining", "ContentHasNoFinalizers",
-     "All content-preserving finalizers finished"),
-]
 
 
 @dataclass
@@ -79,7 +62,7 @@ class Event:
         return self._line
 
 
-class Store:
+class Store(Admission, Controllers):
     """Objects of every served kind, with real-server write semantics."""
 
     def __init__(self, crd_dir: str | None = "crds", *, history: int = 10000,
@@ -283,65 +266,6 @@ class Store:
             self._install_crd(stored)
         return stored, True
 
-    def _admit(self, res: ResourceType, new: Obj, old: Obj | None) -> Obj:
-        """Kind-specific defaults, then validation (422 on failure)."""
-        new["apiVersion"], new["kind"] = res.api_version, res.kind
-        if res.custom:
-            validator = self._schemas.get(res.key)
-            if validator is not None:
-                new = validator.prepare(new)
-                causes = validator.causes(new)
-                if old is None:
-                    causes = validation.validate_name(res, new["metadata"]["name"]) + causes
-                causes += validation.validate_labels(new["metadata"])
-                if causes:
-                    raise errors.invalid(res.kind, res.group, new["metadata"]["name"], causes)
-            return new
-        kind = res.kind if res.group in ("", "apps", "apiextensions.k8s.io") else ""
-        if kind == "Namespace":
-            name = new["metadata"]["name"]
-            new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-            new.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-            new.setdefault("status", {}).setdefault("phase", "Active")
-        elif kind == "Secret":
-            validation.prepare_secret(new)
-        elif kind == "Service":
-            self._default_service(new, old)
-        elif kind == "PersistentVolumeClaim":
-            spec = new.setdefault("spec", {})
-            spec.setdefault("volumeMode", "Filesystem")
-            status = new.setdefault("status", {})
-            status.setdefault("phase", "Pending")
-            if old is None and self.bind_pvcs and status["phase"] == "Pending":
-                spec.setdefault("volumeName", f"pvc-{new['metadata']['uid']}")
-                new["status"] = {"phase": "Bound",
-                                 "accessModes": list(spec.get("accessModes") or []),
-                                 "capacity": dict((spec.get("resources") or {})
-                                                  .get("requests") or {})}
-        elif kind == "Pod":
-            new.setdefault("status", {}).setdefault("phase", "Pending")
-        elif kind == "CustomResourceDefinition":
-            _crd_status(new, old)
-        validation.admit(res, new, old)
-        return new
-
-    def _default_service(self, new: Obj, old: Obj | None) -> None:
-        spec = new.setdefault("spec", {})
-        spec.setdefault("type", "ClusterIP")
-        old_ip = ((old or {}).get("spec") or {}).get("clusterIP")
-        if old_ip and not spec.get("clusterIP"):
-            spec["clusterIP"] = old_ip
-        if spec["type"] != "ExternalName" and not spec.get("clusterIP"):
-            self._next_ip += 1
-            spec["clusterIP"] = f"10.96.{self._next_ip // 250}.{self._next_ip % 250 + 1}"
-        if spec.get("clusterIP"):
-            spec["clusterIPs"] = [spec["clusterIP"]]
-        spec.setdefault("sessionAffinity", "None")
-        for port in spec.get("ports") or []:
-            port.setdefault("protocol", "TCP")
-            port.setdefault("targetPort", port.get("port"))
-        new.setdefault("status", {"loadBalancer": {}})
-
     # -- verbs -----------------------------------------------------------------------
 
     def create(self, res: ResourceType, ns: str | None, body: Obj, *, manager: str,
@@ -397,14 +321,6 @@ class Store:
         if not dry_run and res.kind == "Namespace" and self.root_ca:
             self._publish_root_ca(meta["name"])
         return result
-
-    def _publish_root_ca(self, ns: str) -> None:
-        res = self.resource("v1", "ConfigMap")
-        if self._record(res, ns, "kube-root-ca.crt") is None:
-            self.create(res, ns, {
-                "metadata": {"name": "kube-root-ca.crt",
-                             "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
-                "data": {"ca.crt": ""}}, manager="kube-controller-manager")
 
     def update(self, res: ResourceType, ns: str | None, name: str, body: Obj, *,
                manager: str, subresource: str = "", dry_run: bool = False) -> Obj:
@@ -551,124 +467,6 @@ class Store:
             return copy.deepcopy(stored), False
         return copy.deepcopy(self._drop(res, rec)), True
 
-    # -- controllers -----------------------------------------------------------------
-
-    def _after_removal(self, res: ResourceType, last: Obj) -> None:
-        """Garbage collection, namespace completion and CRD clean-up after a removal."""
-        meta = last["metadata"]
-        self._collect(meta.get("uid", ""))
-        ns = meta.get("namespace")
-        if ns:
-            nsobj = self._namespace(ns)
-            if nsobj is not None and nsobj["metadata"].get("deletionTimestamp"):
-                self._finish_namespace(ns)
-        if res.kind == "CustomResourceDefinition" and res.group == "apiextensions.k8s.io":
-            self._uninstall_crd(last)
-
-    def _collect(self, owner_uid: str) -> None:
-        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
-            loc = self._by_uid.get(dep_uid)
-            if loc is None:
-                continue
-            res = self._type_for(loc[0])
-            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2])
-            if res is None or rec is None:
-                continue
-            refs = rec.obj["metadata"].get("ownerReferences") or []
-            alive = [r for r in refs if r.get("uid") in self._by_uid]
-            if not alive:
-                self._delete(res, rec, "Background")
-            elif len(alive) < len(refs):
-                self._set_owner_refs(res, rec, alive)
-
-    def _orphan(self, owner_uid: str) -> None:
-        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
-            loc = self._by_uid.get(dep_uid)
-            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2]) if loc else None
-            res = self._type_for(loc[0]) if loc else None
-            if rec is None or res is None:
-                continue
-            refs = [r for r in rec.obj["metadata"].get("ownerReferences") or []
-                    if r.get("uid") != owner_uid]
-            self._set_owner_refs(res, rec, refs)
-
-    def _set_owner_refs(self, res: ResourceType, rec: Record, refs: list[Obj]) -> None:
-        new = copy.deepcopy(rec.obj)
-        if refs:
-            new["metadata"]["ownerReferences"] = refs
-        else:
-            new["metadata"].pop("ownerReferences", None)
-        managers = ssa.record_update(rec.obj, new, rec.managers,
-                                     manager="kube-controller-manager",
-                                     api_version=res.api_version, now=now(), scope="main",
-                                     has_status=res.has_status)
-        meta = new["metadata"]
-        self._finish(res, meta.get("namespace"), meta["name"], rec, new, managers)
-
-    def _type_for(self, key: Key) -> ResourceType | None:
-        for res in self.table.all():
-            if res.key == key:
-                return res
-        return None
-
-    def _terminate_namespace(self, res: ResourceType, rec: Record) -> tuple[Obj, bool]:
-        name = rec.obj["metadata"]["name"]
-        if not rec.obj["metadata"].get("deletionTimestamp"):
-            new = copy.deepcopy(rec.obj)
-            new["metadata"]["deletionTimestamp"] = now()
-            new["status"] = {"phase": "Terminating"}
-            self._finish(res, None, name, rec, new, rec.managers)
-        first = copy.deepcopy(self._require(res, None, name).obj)
-        if self.namespace_delay is None:
-            self._clean_namespace(name)
-        else:
-            self.deferred.schedule(self.namespace_delay, lambda: self._clean_namespace(name))
-        return first, False
-
-    def _clean_namespace(self, name: str) -> None:
-        """The namespace controller: delete everything in it, then the namespace."""
-        with self.lock:
-            for key, by_ns in list(self._data.items()):
-                ctype = self._type_for(key)
-                if ctype is None or not ctype.namespaced:
-                    continue
-                for item in list((by_ns.get(name) or {}).values()):
-                    current = self._record(ctype, name, item.obj["metadata"]["name"])
-                    if current is not None:
-                        self._delete(ctype, current, "Background")
-            self._finish_namespace(name)
-
-    def _finish_namespace(self, name: str) -> None:
-        if any(by_ns.get(name) for by_ns in self._data.values()):
-            return
-        res = self.resource("v1", "Namespace")
-        rec = self._record(res, None, name)
-        if rec is None:
-            return
-        stamp = now()
-        new = copy.deepcopy(rec.obj)
-        new["status"] = {"phase": "Terminating", "conditions": [
-            {"type": t, "status": "False", "lastTransitionTime": stamp, "reason": r,
-             "message": m} for t, r, m in NS_DONE_CONDITIONS]}
-        managers = ssa.record_update(rec.obj, new, rec.managers,
-                                     manager="kube-controller-manager", api_version="v1",
-                                     now=stamp, scope="status", has_status=True)
-        self._finish(res, None, name, rec, new, managers)
-        self._drop(res, self._require(res, None, name))
-
-    def _install_crd(self, crd: Obj) -> None:
-        for res in self.table.install_crd(crd):
-            if res.schema:
-                self._schemas[res.key] = SchemaValidator(res.schema)
-
-    def _uninstall_crd(self, crd: Obj) -> None:
-        types = self.table.remove_crd(crd["metadata"]["name"])
-        for res in types[:1]:
-            for by_name in list(self._data.get(res.key, {}).values()):
-                for rec in list(by_name.values()):
-                    self._drop(res, rec)
-            self._schemas.pop(res.key, None)
-
     # -- direct access (the outside world) -------------------------------------------
 
     def put(self, obj: Obj) -> Obj:
@@ -697,6 +495,9 @@ class Store:
                                                 managers=managers, verbatim=True)
                 return copy.deepcopy(stored)
             old_meta = rec.obj["metadata"]
+            # A recorded generation is kept when it says something new; otherwise it is
+            # counted like any write's (bumped if the spec changed).
+            keep_generation = meta.get("generation") not in (None, old_meta.get("generation"))
             for key in ("uid", "creationTimestamp", "generation"):
                 if key not in meta and key in old_meta:
                     meta[key] = old_meta[key]
@@ -707,9 +508,7 @@ class Store:
                 rec.obj, obj, rec.managers, manager="localkube", api_version=res.api_version,
                 now=now(), scope="main", has_status=False)
             stored, _ = self._finish(res, ns, name, rec, obj, managers,
-                                     keep_generation="generation" in (obj.get("metadata") or {})
-                                     and obj["metadata"]["generation"] !=
-                                     old_meta.get("generation"))
+                                     keep_generation=keep_generation)
             return copy.deepcopy(stored)
 
     def compact(self) -> None:
@@ -737,21 +536,3 @@ def _spec_of(obj: Obj) -> Obj:
 
 def _same_fields(a: ssa.Managers, b: ssa.Managers) -> bool:
     return {k: m.fields for k, m in a.items()} == {k: m.fields for k, m in b.items()}
-
-
-def _crd_status(crd: Obj, old: Obj | None) -> None:
-    """Established at once; condition times kept across updates so no-ops stay no-ops."""
-    names = (crd.get("spec") or {}).get("names") or {}
-    old_conditions = ((old or {}).get("status") or {}).get("conditions") or []
-    stamp = old_conditions[0]["lastTransitionTime"] if old_conditions else now()
-    crd["status"] = {
-        "conditions": [
-            {"type": "NamesAccepted", "status": "True", "lastTransitionTime": stamp,
-             "reason": "NoConflicts", "message": "no conflicts found"},
-            {"type": "Established", "status": "True", "lastTransitionTime": stamp,
-             "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
-        ],
-        "acceptedNames": names,
-        "storedVersions": [v["name"] for v in (crd.get("spec") or {}).get("versions") or []
-                           if v.get("storage")],
-    }

@@ -1,0 +1,170 @@
+"""The controllers a real cluster runs beside its API server, as mixed into the store.
+
+Garbage collector (ownerReferences), namespace controller (Terminating, content deleted,
+then the namespace), root CA publisher (``kube-root-ca.crt`` in every namespace) and the
+CRD controller (serving the kinds a CustomResourceDefinition declares). They run inside the
+write that triggers them (under the store lock) unless ``namespace_delay`` defers the
+namespace controller to a background thread.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+from localkube import apply as ssa
+from localkube.objects import now
+from localkube.resources import ResourceType
+from localkube.schema import SchemaValidator
+
+if TYPE_CHECKING:
+    from localkube.store import Key, Obj, Record, Store
+
+    _Base = Store
+else:
+    _Base = object
+
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
+ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
+    "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
+    "guaranteed across distributions of Kubernetes clusters.")
+NS_DONE_CONDITIONS = [
+    ("NamespaceDeletionDiscoveryFailure", "ResourcesDiscovered",
+     "All resources successfully discovered"),
+    ("NamespaceDeletionGroupVersionParsingFailure", "ParsedGroupVersions",
+     "All legacy kube types successfully parsed"),
+    ("NamespaceDeletionContentFailure", "ContentDeleted",
+     "All content successfully deleted, may be waiting on finalization"),
+    ("NamespaceContentRemaining", "ContentRemoved", "All content successfully removed"),
+    ("NamespaceFinalizersRemaining", "ContentHasNoFinalizers",
+     "All content-preserving finalizers finished"),
+]
+
+
+class Controllers(_Base):
+    """Mixin of :class:`localkube.store.Store`."""
+
+    def _after_removal(self, res: ResourceType, last: Obj) -> None:
+        """Garbage collection, namespace completion and CRD clean-up after a removal."""
+        meta = last["metadata"]
+        self._collect(meta.get("uid", ""))
+        ns = meta.get("namespace")
+        if ns:
+            nsobj = self._namespace(ns)
+            if nsobj is not None and nsobj["metadata"].get("deletionTimestamp"):
+                self._finish_namespace(ns)
+        if res.kind == "CustomResourceDefinition" and res.group == "apiextensions.k8s.io":
+            self._uninstall_crd(last)
+
+    def _collect(self, owner_uid: str) -> None:
+        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
+            loc = self._by_uid.get(dep_uid)
+            if loc is None:
+                continue
+            res = self._type_for(loc[0])
+            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2])
+            if res is None or rec is None:
+                continue
+            refs = rec.obj["metadata"].get("ownerReferences") or []
+            alive = [r for r in refs if r.get("uid") in self._by_uid]
+            if not alive:
+                self._delete(res, rec, "Background")
+            elif len(alive) < len(refs):
+                self._set_owner_refs(res, rec, alive)
+
+    def _orphan(self, owner_uid: str) -> None:
+        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
+            loc = self._by_uid.get(dep_uid)
+            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2]) if loc else None
+            res = self._type_for(loc[0]) if loc else None
+            if rec is None or res is None:
+                continue
+            refs = [r for r in rec.obj["metadata"].get("ownerReferences") or []
+                    if r.get("uid") != owner_uid]
+            self._set_owner_refs(res, rec, refs)
+
+    def _set_owner_refs(self, res: ResourceType, rec: Record, refs: list[Obj]) -> None:
+        new = copy.deepcopy(rec.obj)
+        if refs:
+            new["metadata"]["ownerReferences"] = refs
+        else:
+            new["metadata"].pop("ownerReferences", None)
+        managers = ssa.record_update(rec.obj, new, rec.managers,
+                                     manager="kube-controller-manager",
+                                     api_version=res.api_version, now=now(), scope="main",
+                                     has_status=res.has_status)
+        meta = new["metadata"]
+        self._finish(res, meta.get("namespace"), meta["name"], rec, new, managers)
+
+    def _type_for(self, key: Key) -> ResourceType | None:
+        for res in self.table.all():
+            if res.key == key:
+                return res
+        return None
+
+    def _terminate_namespace(self, res: ResourceType, rec: Record) -> tuple[Obj, bool]:
+        name = rec.obj["metadata"]["name"]
+        if not rec.obj["metadata"].get("deletionTimestamp"):
+            new = copy.deepcopy(rec.obj)
+            new["metadata"]["deletionTimestamp"] = now()
+            new["status"] = {"phase": "Terminating"}
+            self._finish(res, None, name, rec, new, rec.managers)
+        first = copy.deepcopy(self._require(res, None, name).obj)
+        if self.namespace_delay is None:
+            self._clean_namespace(name)
+        else:
+            self.deferred.schedule(self.namespace_delay, lambda: self._clean_namespace(name))
+        return first, False
+
+    def _clean_namespace(self, name: str) -> None:
+        """The namespace controller: delete everything in it, then the namespace."""
+        with self.lock:
+            for key, by_ns in list(self._data.items()):
+                ctype = self._type_for(key)
+                if ctype is None or not ctype.namespaced:
+                    continue
+                for item in list((by_ns.get(name) or {}).values()):
+                    current = self._record(ctype, name, item.obj["metadata"]["name"])
+                    if current is not None:
+                        self._delete(ctype, current, "Background")
+            self._finish_namespace(name)
+
+    def _finish_namespace(self, name: str) -> None:
+        if any(by_ns.get(name) for by_ns in self._data.values()):
+            return
+        res = self.resource("v1", "Namespace")
+        rec = self._record(res, None, name)
+        if rec is None:
+            return
+        stamp = now()
+        new = copy.deepcopy(rec.obj)
+        new["status"] = {"phase": "Terminating", "conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": stamp, "reason": r,
+             "message": m} for t, r, m in NS_DONE_CONDITIONS]}
+        managers = ssa.record_update(rec.obj, new, rec.managers,
+                                     manager="kube-controller-manager", api_version="v1",
+                                     now=stamp, scope="status", has_status=True)
+        self._finish(res, None, name, rec, new, managers)
+        self._drop(res, self._require(res, None, name))
+
+    def _install_crd(self, crd: Obj) -> None:
+        for res in self.table.install_crd(crd):
+            if res.schema:
+                self._schemas[res.key] = SchemaValidator(res.schema)
+
+    def _uninstall_crd(self, crd: Obj) -> None:
+        types = self.table.remove_crd(crd["metadata"]["name"])
+        for res in types[:1]:
+            for by_name in list(self._data.get(res.key, {}).values()):
+                for rec in list(by_name.values()):
+                    self._drop(res, rec)
+            self._schemas.pop(res.key, None)
+
+    def _publish_root_ca(self, ns: str) -> None:
+        res = self.resource("v1", "ConfigMap")
+        if self._record(res, ns, "kube-root-ca.crt") is None:
+            self.create(res, ns, {
+                "metadata": {"name": "kube-root-ca.crt",
+                             "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                "data": {"ca.crt": ""}}, manager="kube-controller-manager")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from handlers.copy_rules.desired import API_VERSION, KIND, SpecError, rule_kind, source_namespaces
-from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile
+from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile, refresh_status
 from handlers.events import Event
 from handlers.registry import on
 
@@ -40,7 +40,10 @@ def on_copy_rule(event: Event, kube: Any) -> str:
                 "collector through their ownerReferences")
     if rule["metadata"].get("deletionTimestamp"):
         return f"CopyRule {ref.name} is being deleted: leaving its copies to the garbage collector"
-    return reconcile(kube, rule, Scope()).summary()
+    try:
+        return reconcile(kube, rule, Scope()).summary()
+    except SpecError as exc:  # the user must fix the rule: retrying the event can not help
+        return f"CopyRule {ref.name} not applied, invalid spec (see its status): {exc}"
 
 
 @on(ANY_KUBE_EVENT, api_version="v1", kind="Namespace")
@@ -49,12 +52,15 @@ def on_namespace(event: Event, kube: Any) -> str:
     ref = event.ref
     if ref is None:
         return "ignored: event names no Namespace"
-    if event.change == "delete":
-        return f"namespace {ref.name} deleted: its copies went with it"
     reads = Reads(kube)
     namespace = reads.namespace(ref.name)
     if namespace is None:
-        return f"namespace {ref.name} is gone"
+        # Deleted, with its contents: no copy to write, but the rules' counts changed.
+        written = [r["metadata"]["name"] for r in list_rules(kube)
+                   if not r["metadata"].get("deletionTimestamp")
+                   and _valid(r) and refresh_status(kube, r, reads)]
+        return (f"namespace {ref.name} is gone with its copies; status recounted for "
+                f"{', '.join(written) or 'no rule'}")
     if namespace["metadata"].get("deletionTimestamp") or \
             (namespace.get("status") or {}).get("phase") == "Terminating":
         return f"namespace {ref.name} is terminating: skipped"
@@ -77,6 +83,15 @@ def on_config_object(event: Event, kube: Any) -> str:
         return Scope(name=ref.name, namespace=ref.namespace)
 
     return _each_rule(kube, rules, scope_for, Reads(kube))
+
+
+def _valid(rule: Any) -> bool:
+    try:
+        rule_kind(rule)
+        source_namespaces(rule)
+        return True
+    except SpecError:
+        return False
 
 
 def _rule_kind_or_none(rule: Any) -> str | None:

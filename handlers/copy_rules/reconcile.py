@@ -181,7 +181,12 @@ def _existing(rule: Obj, scope: Scope, desired: dict[Slot, Obj], sources: list[O
         found = [obj] if obj is not None else []
         prunable = found
     elif scope.name is not None:
-        found = reads.listed(kind, None, field_selector=f"metadata.name={scope.name}")
+        # With a source: every object of that name (ours and others', for conflicts). Without
+        # (an unrelated object in a source namespace, or a source deleted/unlabelled): only
+        # our copies of that name, so a kube-root-ca.crt event never lists one per namespace.
+        label = "" if desired else copies_selector(rule)
+        found = reads.listed(kind, None, label_selector=label,
+                             field_selector=f"metadata.name={scope.name}")
         prunable = found
     elif scope.namespace is not None:
         found = reads.listed(kind, scope.namespace)
@@ -392,7 +397,19 @@ def _count_in_sync_copies(rule: Obj, reads: Reads) -> tuple[int, int]:
     return len(sources), count
 
 
-def _update_status(kube: Any, rule: Obj, scope: Scope, result: Result, reads: Reads) -> None:
+def refresh_status(kube: Any, rule: Obj, reads: Reads) -> bool:
+    """Recount a rule's status without reconciling: after copies went away on their own (a
+    namespace deleted with its contents), nothing was written, yet the counts changed."""
+    result = Result(rule["metadata"]["name"], Scope(name="", namespace=""))  # covers no slot
+    try:
+        _update_status(kube, rule, result.scope, result, reads, recount=True)
+    except SpecError:
+        return False  # reported by the rule's own reconcile
+    return result.status_written
+
+
+def _update_status(kube: Any, rule: Obj, scope: Scope, result: Result, reads: Reads,
+                   recount: bool = False) -> None:
     old = dict(rule.get("status") or {})
     old_conflicts = set(old.get("conflictList") or [])
     new_in_scope = {str(s) for s in result.conflicts}
@@ -402,8 +419,11 @@ def _update_status(kube: Any, rule: Obj, scope: Scope, result: Result, reads: Re
 
     if scope.full:
         sources, copies = result.sources, result.in_sync + result.created + result.updated
-    elif result.writes or set(conflicts) != old_conflicts or result.errors \
-            or "observedGeneration" not in old:
+    elif (recount or result.writes or set(conflicts) != old_conflicts or result.errors
+          or "observedGeneration" not in old
+          or (scope.name is not None and scope.namespace is None)):
+        # A source event may change the number of sources without any write (a second source
+        # of the same name that loses the tie appears or goes): recount on those too.
         sources, copies = _count_in_sync_copies(rule, reads)
     else:
         return  # nothing in scope changed: the status written before is still true

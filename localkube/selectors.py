@@ -124,3 +124,14 @@ def parse_field_selector(text: str | None, kind: str) -> Matcher | None:
     def match(obj: Obj) -> bool:
         return all((_field_value(obj, k) == v) == pos for k, pos, v in checks)
     return match
+
+
+def parse_selectors(kind: str, query: dict[str, str]) -> Matcher | None:
+    """``labelSelector`` and ``fieldSelector`` of a request as one predicate (None: all)."""
+    label = parse_label_selector(query.get("labelSelector"))
+    field = parse_field_selector(query.get("fieldSelector"), kind)
+    if label is None:
+        return field
+    if field is None:
+        return label
+    return lambda obj: label(obj) and field(obj)

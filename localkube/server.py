@@ -12,7 +12,6 @@ import contextlib
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,10 +20,11 @@ import yaml
 
 from localkube import errors
 from localkube.errors import ApiError
-from localkube.objects import dumps, event_line
+from localkube.objects import dumps
 from localkube.resources import ResourceType
-from localkube.selectors import parse_field_selector, parse_label_selector
-from localkube.store import Event, Obj
+from localkube.selectors import parse_selectors
+from localkube.store import Obj
+from localkube.watch import WatchStream
 
 if TYPE_CHECKING:
     from localkube.core import LocalKube
@@ -38,16 +38,6 @@ RETURNS_DELETED = ("Namespace", "Pod", "Service", "PersistentVolumeClaim")
 PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
                "application/strategic-merge-patch+json": "merge",
                "application/apply-patch+yaml": "apply"}
-BOOKMARK_EXTRA: dict[str, Obj] = {
-    "Namespace": {"spec": {}, "status": {}},
-    "Service": {"spec": {}, "status": {"loadBalancer": {}}},
-    "Lease": {"spec": {}},
-}
-
-
-class _Stream:
-    """What a watch loop must do next."""
-    EVENTS, BOOKMARK, TIMEOUT, EXPIRED, ABORT = range(5)
 
 
 class Server(ThreadingHTTPServer):
@@ -292,7 +282,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- verbs -----------------------------------------------------------------------
 
     def _list(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> bytes:
-        match = _matcher(res, query)
+        match = parse_selectors(res.kind, query)
         limit = int(query.get("limit") or 0)
         start, list_rv = None, None
         if query.get("continue"):
@@ -346,7 +336,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _delete_collection(self, res: ResourceType, ns: str | None,
                            query: dict[str, str]) -> tuple[int, Any]:
-        items, _, _, _ = self.kube.store.list(res, ns, _matcher(res, query))
+        items, _, _, _ = self.kube.store.list(res, ns, parse_selectors(res.kind, query))
         for item in items:
             meta = item["metadata"]
             try:
@@ -358,117 +348,13 @@ class Handler(BaseHTTPRequestHandler):
     # -- watch -----------------------------------------------------------------------
 
     def _watch(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> None:
-        kube, store = self.kube, self.kube.store
-        label = parse_label_selector(query.get("labelSelector"))
-        field = parse_field_selector(query.get("fieldSelector"), res.kind)
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
-        timeout = float(query.get("timeoutSeconds") or 1800)
-        rv_param = query.get("resourceVersion") or ""
-        initial: list[bytes] = []
-        expired: ApiError | None = None
-        with store.lock:
-            epoch = kube.watch_epoch
-            if rv_param in ("", "0"):
-                pos = store.rv
-                items, _, _, _ = store.list(res, ns, _matcher(res, query))
-                initial = [_line("ADDED", i, res.custom) for i in items]
-            else:
-                try:
-                    pos = int(rv_param)
-                except ValueError as exc:
-                    raise errors.bad_request(
-                        f'invalid resource version "{rv_param}": must be an integer') from exc
-                if pos < store.first_rv - 1:
-                    expired = errors.expired(pos, store.first_rv - 1)
-        kube.requests.append(("GET", urlsplit(self.path).path, urlsplit(self.path).query, 200))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            if not self._wait_while_hung(epoch):
-                self._abort()
-                return
-            if expired is not None:
-                self._chunk(_line("ERROR", expired.status(), False))
-                self._chunk(b"")
-                return
-            for item_line in initial:
-                self._chunk(item_line)
-            self._stream(res, ns, label, field, pos, epoch, bookmarks, timeout)
-        except OSError:
-            self.close_connection = True
+        WatchStream(self, res, ns, query).serve()
 
-    def _stream(self, res: ResourceType, ns: str | None, label: Any, field: Any, pos: int,
-                epoch: int, bookmarks: bool, timeout: float) -> None:
-        kube, store = self.kube, self.kube.store
-        deadline = time.monotonic() + timeout
-        next_bookmark = time.monotonic() + kube.bookmark_interval
-        while True:
-            batch: list[Event] = []
-            with store.changed:
-                while True:
-                    now = time.monotonic()
-                    if kube.stopping or kube.watch_epoch != epoch:
-                        action = _Stream.ABORT
-                        break
-                    if not kube.hung:
-                        if now >= deadline:
-                            action = _Stream.TIMEOUT
-                            break
-                        found = store.events_after(pos)
-                        if found is None:
-                            action = _Stream.EXPIRED
-                            expired_at = store.first_rv - 1
-                            break
-                        if found:
-                            batch, action = found, _Stream.EVENTS
-                            break
-                        if bookmarks and now >= next_bookmark:
-                            action = _Stream.BOOKMARK
-                            break
-                        wake = min(deadline, next_bookmark) if bookmarks else deadline
-                    else:
-                        wake = now + 1.0
-                    store.changed.wait(max(0.005, wake - now))
-            if action == _Stream.ABORT:
-                self._abort()
-                return
-            if action == _Stream.TIMEOUT:
-                self._chunk(b"")
-                return
-            if action == _Stream.EXPIRED:
-                self._chunk(_line("ERROR", errors.expired(pos, expired_at).status(), False))
-                self._chunk(b"")
-                return
-            if action == _Stream.BOOKMARK:
-                self._chunk(_line("BOOKMARK", _bookmark(res, pos), res.custom))
-                next_bookmark = time.monotonic() + kube.bookmark_interval
-                continue
-            out = []
-            for event in batch:
-                line = _filter(event, res, ns, label, field)
-                if line is not None:
-                    out.append(line)
-            pos = batch[-1].rv
-            if out:
-                self._chunk(b"".join(out))
-
-    def _wait_while_hung(self, epoch: int) -> bool:
-        """A new watch on a hung server gets its headers, then silence (no initial events).
-
-        False if the watch was broken or the server stopped meanwhile.
-        """
-        kube = self.kube
-        with kube.store.changed:
-            while kube.hung and not kube.stopping and kube.watch_epoch == epoch:
-                kube.store.changed.wait(1.0)
-            return not kube.stopping and kube.watch_epoch == epoch
-
-    def _chunk(self, data: bytes) -> None:
+    def chunk(self, data: bytes) -> None:
+        """Write one HTTP chunk (b"" is the terminating chunk)."""
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """Cut the connection mid-stream, with no terminating chunk (a broken watch)."""
         self.close_connection = True
         with contextlib.suppress(OSError):
@@ -484,49 +370,3 @@ def _out(res: ResourceType, obj: Obj) -> bytes:
     return dumps(obj, res.custom).encode()
 
 
-def _line(etype: str, obj: Obj, custom: bool) -> bytes:
-    return event_line(etype, obj, custom)
-
-
-def _bookmark(res: ResourceType, rv: int) -> Obj:
-    if res.custom:
-        return {"apiVersion": res.api_version, "kind": res.kind,
-                "metadata": {"resourceVersion": str(rv)}}
-    return {"kind": res.kind, "apiVersion": res.api_version,
-            "metadata": {"resourceVersion": str(rv), "creationTimestamp": None},
-            **BOOKMARK_EXTRA.get(res.kind, {})}
-
-
-def _matcher(res: ResourceType, query: dict[str, str]) -> Any:
-    label = parse_label_selector(query.get("labelSelector"))
-    field = parse_field_selector(query.get("fieldSelector"), res.kind)
-    if label is None and field is None:
-        return None
-    return lambda obj: (label is None or label(obj)) and (field is None or field(obj))
-
-
-def _filter(event: Event, res: ResourceType, ns: str | None, label: Any,
-            field: Any) -> bytes | None:
-    """The line a watch sends for ``event``: selector transitions become ADDED/DELETED."""
-    if event.key != res.key or (ns and event.namespace != ns):
-        return None
-    if label is None and field is None:
-        return event.line()
-
-    def ok(obj: Obj | None) -> bool:
-        return obj is not None and (label is None or label(obj)) and \
-            (field is None or field(obj))
-
-    now_ok = ok(event.obj)
-    if event.type != "MODIFIED":
-        return event.line() if now_ok else None
-    was_ok = ok(event.prev)
-    if now_ok and was_ok:
-        return event.line()
-    if now_ok:
-        return _line("ADDED", event.obj, event.custom)
-    if was_ok and event.prev is not None:
-        gone = dict(event.prev)
-        gone["metadata"] = {**event.prev["metadata"], "resourceVersion": str(event.rv)}
-        return _line("DELETED", gone, event.custom)
-    return None

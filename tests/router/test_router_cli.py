@@ -127,3 +127,16 @@ def test_app_factory_is_loadable_by_plain_gunicorn(monkeypatch: pytest.MonkeyPat
     assert isinstance(app, Flask)
     assert {"/", "/events", "/healthz", "/readyz", "/metrics"} <= {
         rule.rule for rule in app.url_map.iter_rules()}
+
+
+def test_starting_the_cli_imports_no_prometheus_client_before_the_metrics_dir_is_set() -> None:
+    """Multiprocess metrics only work if the variable is set before the first import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, router.__main__; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('prometheus_client', 'kube', 'flask', 'handlers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"

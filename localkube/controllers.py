@@ -66,12 +66,28 @@ class Controllers(_Base):
             rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2])
             if res is None or rec is None:
                 continue
-            refs = rec.obj["metadata"].get("ownerReferences") or []
-            alive = [r for r in refs if r.get("uid") in self._by_uid]
-            if not alive:
-                self._delete(res, rec, "Background")
-            elif len(alive) < len(refs):
-                self._set_owner_refs(res, rec, alive)
+            self._check_owners(res, rec)
+
+    def _check_owners(self, res: ResourceType, rec: Record) -> None:
+        """Delete a dependent whose owners are all gone; drop references to gone owners."""
+        refs = rec.obj["metadata"].get("ownerReferences") or []
+        alive = [r for r in refs if self._owner_alive(rec.obj, r)]
+        if not alive:
+            self._delete(res, rec, "Background")
+        elif len(alive) < len(refs):
+            self._set_owner_refs(res, rec, alive)
+
+    def _owner_alive(self, dependent: Obj, ref: Obj) -> bool:
+        """The owner exists with that uid, kind and name, where the dependent can see it
+        (a namespaced owner only in the dependent's own namespace)."""
+        loc = self._by_uid.get(str(ref.get("uid")))
+        if loc is None:
+            return False
+        key, ns, name = loc
+        owner_type = self._type_for(key)
+        if owner_type is None or owner_type.kind != ref.get("kind") or name != ref.get("name"):
+            return False
+        return not ns or ns == dependent["metadata"].get("namespace")
 
     def _orphan(self, owner_uid: str) -> None:
         for dep_uid in sorted(self._dependents.pop(owner_uid, set())):

@@ -35,19 +35,22 @@ class LocalKube:
     that triggers them, so a test sees their result as soon as the call returns. With
     ``namespace_delay`` (seconds) a deleted namespace stays Terminating, content and all,
     for that long before the namespace controller empties and removes it, as on a real
-    cluster; ``wait_idle()`` waits for that work.
+    cluster; ``wait_idle()`` waits for that work. With ``gc_dangling`` the garbage
+    collector also deletes objects written with ownerReferences that point at no existing
+    owner (wrong uid, kind or name, or a namespaced owner in another namespace), as the real
+    one does; it is off by default so tests may put objects with made-up owners.
     """
 
     def __init__(self, crd_dir: str | Path | None = "crds", *, host: str = "127.0.0.1",
                  port: int = 0, history: int = 10000, bookmark_interval: float = 1.0,
                  bind_pvcs: bool = True, root_ca: bool = True,
-                 namespace_delay: float | None = None) -> None:
+                 namespace_delay: float | None = None, gc_dangling: bool = False) -> None:
         if crd_dir is not None and not Path(crd_dir).is_dir() and \
                 not Path(crd_dir).is_absolute() and (REPO_CRDS.parent / crd_dir).is_dir():
             crd_dir = REPO_CRDS.parent / crd_dir
         self.store = Store(str(crd_dir) if crd_dir is not None else None, history=history,
                            bind_pvcs=bind_pvcs, root_ca=root_ca,
-                           namespace_delay=namespace_delay)
+                           namespace_delay=namespace_delay, gc_dangling=gc_dangling)
         self.host, self.port = host, port
         self.bookmark_interval = bookmark_interval
         self.requests = RequestLog()

@@ -67,7 +67,7 @@ class Store(Admission, Controllers):
 
     def __init__(self, crd_dir: str | None = "crds", *, history: int = 10000,
                  bind_pvcs: bool = True, root_ca: bool = True,
-                 namespace_delay: float | None = None) -> None:
+                 namespace_delay: float | None = None, gc_dangling: bool = False) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.table = ResourceTable()
@@ -84,6 +84,7 @@ class Store(Admission, Controllers):
         self._schemas: dict[Key, SchemaValidator] = {}
         self._next_ip = 10
         self.namespace_delay = namespace_delay
+        self.gc_dangling = gc_dangling
         self.deferred = Deferred()
         with self.lock:
             for ns in SYSTEM_NAMESPACES:
@@ -262,6 +263,10 @@ class Store(Admission, Controllers):
         if meta.get("deletionTimestamp") and not meta.get("finalizers") \
                 and res.kind != "Namespace":
             self._drop(res, self._require(res, ns, name))
+        elif self.gc_dangling and meta.get("ownerReferences") and \
+                meta["ownerReferences"] != (old.obj["metadata"].get("ownerReferences")
+                                            if old else None):
+            self._check_owners(res, self._require(res, ns, name))
         elif res.kind == "CustomResourceDefinition":
             self._install_crd(stored)
         return stored, True

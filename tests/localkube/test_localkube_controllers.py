@@ -174,3 +174,19 @@ def test_with_a_namespace_delay_content_outlives_the_terminating_namespace_for_a
         leftovers = kube.list("v1", "ConfigMap", "slow")
     assert terminating["status"]["phase"] == "Terminating" and content is not None
     assert gone is None and leftovers == []
+
+
+def test_with_gc_dangling_objects_with_a_missing_or_foreign_owner_are_collected() -> None:
+    with LocalKube(crd_dir=REPO / "crds", gc_dangling=True) as server:
+        kube = Kube.connect(url=server.url)
+        owner = kube.create(cm("owner"))
+        foreign = kube.create(cm("foreign", "kube-public"))
+        made_up = {**owner, "metadata": {**owner["metadata"], "uid": "no-such-uid"}}
+        kube.create(_owned("ghost", "default", made_up))
+        kube.create(_owned("cross-namespace", "default", foreign))
+        kube.create(_owned("half", "default", owner, made_up))
+        kube.create(_owned("fine", "default", owner))
+        names = {o["metadata"]["name"] for o in kube.list("v1", "ConfigMap", "default")}
+        half = kube.get("v1", "ConfigMap", "half", "default")
+    assert names == {"owner", "half", "fine", "kube-root-ca.crt"}
+    assert [r["uid"] for r in half["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]

@@ -158,7 +158,10 @@ def rule_sources(rule: Obj, scope: Scope, reads: Reads) -> list[Obj]:
                 selector = label_selector_string(rule_selector(rule))
             except ValueError as exc:
                 raise SpecError(f"spec.selector: {exc}") from None
-            candidates = reads.listed(kind, ns, label_selector=selector)
+            try:
+                candidates = reads.listed(kind, ns, label_selector=selector)
+            except errors.Invalid as exc:  # e.g. an In expression with no values
+                raise SpecError(f"spec.selector is refused by the API server: {exc}") from None
         for obj in candidates:
             obj.setdefault("kind", kind)
             obj.setdefault("apiVersion", "v1")

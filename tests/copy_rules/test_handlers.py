@@ -225,3 +225,57 @@ def test_status_is_written_only_when_it_changes(h: Harness) -> None:
     h.dispatch("update", h.rule("main-rule"))
     h.dispatch("add", namespace("team-a"))
     assert h.rule("main-rule")["metadata"]["resourceVersion"] == version
+
+
+def _served(local_kube: Any, since: int) -> list[tuple[str, str, str]]:
+    return [(r[0], r[1], r[2]) for r in local_kube.requests[since:]]
+
+
+def test_source_event_writes_once_per_target_and_lists_namespaces_once(
+        h: Harness, local_kube: Any) -> None:
+    for i in range(20):
+        h.world_put(namespace(f"fan-{i:02d}"))
+    h.settle()
+    source = h.world_put(config_map("default", "fan-out", {"k": "v"}, COPYRATOR))
+    start = len(local_kube.requests)
+    h.dispatch("add", source)
+    served = _served(local_kube, start)
+    copy_writes = [r for r in served if r[0] == "PATCH" and r[1].endswith("/configmaps/fan-out")]
+    assert len(copy_writes) == 22  # team-a, team-b and fan-00..19: one apply each
+    assert len({r[1] for r in copy_writes}) == 22
+    assert sum(1 for r in served if r[1] == "/api/v1/namespaces") == 1
+    assert not [r for r in served if r[0] in ("PUT", "DELETE", "POST")]
+
+
+def test_namespace_event_reads_only_that_namespace(h: Harness, local_kube: Any) -> None:
+    ns = h.world_put(namespace("team-c"))
+    start = len(local_kube.requests)
+    h.dispatch("add", ns)
+    served = _served(local_kube, start)
+    assert not [r for r in served if r[1] == "/api/v1/namespaces"]  # no namespace listing
+    assert not [r for r in served if r[1].startswith("/api/v1/namespaces/team-a")]
+    assert "team-c/registry-config" in h.copies()
+
+
+def test_two_replicas_handling_the_same_events_at_once_converge(h: Harness) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kube import Kube
+
+    for i in range(6):
+        h.world_put(namespace(f"par-{i}"))
+    source = h.world_put(config_map("default", "registry-config", {"mirror": "m:6000"},
+                                    COPYRATOR))
+    replicas = [Kube.connect(url=h.local_kube.url) for _ in range(2)]
+    events = [Event.for_object("update", source), Event.for_object("update", h.rule("main-rule"))]
+
+    def run(kube: Any) -> list[bool]:
+        return [o.ok for e in events for o in h.registry.dispatch(e, kube)]
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(run, replicas))
+    assert all(all(r) for r in results), results
+    h.settle()
+    assert {d["mirror"] for d in data_of(h).values()} == {"m:6000"}
+    assert len(data_of(h)) == 8
+    assert h.rule("main-rule")["status"]["copies"] == 8

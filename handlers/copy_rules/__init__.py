@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.copy_rules.desired import API_VERSION, KIND, SpecError, rule_kind, source_namespaces
+from handlers.copy_rules.desired import (
+    API_VERSION,
+    KIND,
+    SpecError,
+    may_target,
+    rule_kind,
+    source_namespaces,
+)
 from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile, refresh_status
 from handlers.events import Event
 from handlers.registry import on
@@ -75,7 +82,9 @@ def on_config_object(event: Event, kube: Any) -> str:
     ref = event.ref
     if ref is None or not ref.namespace:
         return "ignored: event names no namespaced object"
-    rules = [r for r in list_rules(kube) if _rule_kind_or_none(r) == ref.kind]
+    rules = [r for r in list_rules(kube) if _rule_kind_or_none(r) == ref.kind
+             and (not _valid(r) or ref.namespace in source_namespaces(r)
+                  or may_target(r, ref.namespace))]
 
     def scope_for(rule: Any) -> Scope:
         if ref.namespace in source_namespaces(rule):

@@ -160,6 +160,19 @@ def is_target(rule: Obj, namespace: Obj) -> bool:
     return not names
 
 
+def may_target(rule: Obj, namespace_name: str) -> bool:
+    """False when the namespace can not be a target whatever its labels: lets the handlers
+    ignore the chatter of kube-system ConfigMaps (leader election, every few seconds) without
+    a single read."""
+    targets = (rule.get("spec") or {}).get("targetNamespaces") or {}
+    names = targets.get("names") or []
+    if namespace_name in names:
+        return True
+    if namespace_name in SYSTEM_NAMESPACES:
+        return False
+    return not names or targets.get("selector") is not None
+
+
 def payload(obj: Obj) -> Obj:
     """The copied content: data, binaryData, type, immutable (absent/empty fields omitted)."""
     out: Obj = {}

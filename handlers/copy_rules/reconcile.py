@@ -175,7 +175,7 @@ def _slot(obj: Obj) -> Slot:
     return Slot(meta["namespace"], meta["name"])
 
 
-def _existing(rule: Obj, scope: Scope, desired: dict[Slot, Obj], sources: list[Obj],
+def _existing(rule: Obj, scope: Scope, desired: dict[Slot, Obj],
               reads: Reads) -> tuple[dict[Slot, Obj], list[Obj]]:
     """Objects at the wanted slots (ours or not) and our copies in scope that could be pruned."""
     kind = rule_kind(rule)
@@ -236,7 +236,7 @@ def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None) ->
         _write_status(kube, rule, _invalid_status(rule, str(exc)))
         raise
     result.sources = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
-    existing, prunable = _existing(rule, scope, desired, sources, reads)
+    existing, prunable = _existing(rule, scope, desired, reads)
     the_plan = plan(rule, desired, existing, prunable)
     active = {n["metadata"]["name"] for n in namespaces if not is_terminating(n)}
     _execute(kube, rule, the_plan, result, active, scope)

@@ -206,3 +206,15 @@ def test_long_names_become_valid_distinct_label_values(name: str) -> None:
 def test_invalid_rule_type_is_a_spec_error_that_says_what_to_fix() -> None:
     with pytest.raises(d.SpecError, match="configmap"):
         d.rule_kind(rule(rule_type="pod"))
+
+
+def test_may_target_rules_out_namespaces_whatever_their_labels() -> None:
+    assert not d.may_target(rule(), "kube-system")
+    assert d.may_target(rule(), "team-a")
+    assert d.may_target(rule(targets={"names": ["kube-system"]}), "kube-system")
+    assert not d.may_target(rule(targets={"names": ["team-b"]}), "team-a")
+    assert d.may_target(rule(targets={"names": ["team-b"], "selector": {}}), "team-a")
+    for name in ("kube-system", "team-a", "team-b"):  # never stricter than is_target
+        for r in (rule(), rule(targets={"names": ["team-b"]})):
+            if d.is_target(r, ns(name)):
+                assert d.may_target(r, name)

@@ -279,3 +279,10 @@ def test_two_replicas_handling_the_same_events_at_once_converge(h: Harness) -> N
     assert {d["mirror"] for d in data_of(h).values()} == {"m:6000"}
     assert len(data_of(h)) == 8
     assert h.rule("main-rule")["status"]["copies"] == 8
+
+
+def test_kube_system_chatter_costs_one_read(h: Harness, local_kube: Any) -> None:
+    lease = h.world_put(config_map("kube-system", "leader-election", {"holder": "a"}))
+    start = len(local_kube.requests)
+    h.dispatch("update", lease)
+    assert [r[1] for r in _served(local_kube, start)] == ["/apis/eventop.dev/v1/copyrules"]

@@ -5,6 +5,9 @@ Loaded into ``python -m router`` through ``EVENTOP_HANDLERS=tests.router.recordi
 line to the file named by ``EVENTOP_TEST_RECORD``: which handler ran, for which event id,
 in which worker process. One ``os.write`` on an ``O_APPEND`` file per line keeps lines
 from several workers whole.
+
+Only the router processes import this module: importing it in the test process would add
+these handlers to the process-wide registry that other test modules dispatch through.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from typing import Any
 
 from handlers import Event, on
 from kube.errors import Unavailable
+from tests.router.router_helpers import (
+    FAIL_TYPE,
+    KUBE_TYPE,
+    RECORD_ENV,
+    SLOW_TYPE,
+    UNAVAILABLE_TYPE,
+)
 
-RECORD_ENV = "EVENTOP_TEST_RECORD"
 KUBE = "dev.knative.apiserver.*"
-FAIL_TYPE = "test.eventop.fail"
-UNAVAILABLE_TYPE = "test.eventop.unavailable"
-SLOW_TYPE = "test.eventop.slow"
-KUBE_TYPE = "test.eventop.kube"
 
 
 def record(handler: str, event: Event) -> str:

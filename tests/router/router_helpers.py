@@ -12,6 +12,13 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
+# Event types of the handlers in tests/router/recording_handlers.py (loaded by router processes
+# only, so the test process never registers them).
+RECORD_ENV = "EVENTOP_TEST_RECORD"
+FAIL_TYPE = "test.eventop.fail"
+UNAVAILABLE_TYPE = "test.eventop.unavailable"
+SLOW_TYPE = "test.eventop.slow"
+KUBE_TYPE = "test.eventop.kube"
 FORMAT = JSONFormat()
 SEEN = datetime(2026, 11, 21, 7, 40, 58, tzinfo=UTC)
 

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.router.recording_handlers import FAIL_TYPE, KUBE_TYPE, SLOW_TYPE, UNAVAILABLE_TYPE
 from tests.router.router_helpers import (
+    FAIL_TYPE,
+    KUBE_TYPE,
+    SLOW_TYPE,
+    UNAVAILABLE_TYPE,
     binary,
     cloudevent,
     configmap,

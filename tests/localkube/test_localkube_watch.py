@@ -225,3 +225,32 @@ def test_a_watch_is_logged_once_when_it_starts(lk: LocalKube, http: Http) -> Non
     http.watch(CMS, resourceVersion=lk.resource_version, timeoutSeconds=0.1)
     assert lk.requests == [("GET", CMS, f"watch=true&resourceVersion={lk.resource_version}"
                             "&timeoutSeconds=0.1", 200)]
+
+
+def test_concurrent_writers_produce_one_gapless_ordered_stream(lk: LocalKube) -> None:
+    start = lk.resource_version
+    failures: list[Exception] = []
+
+    def writer(n: int) -> None:
+        kube = Kube.connect(url=lk.url)
+        try:
+            for i in range(40):
+                kube.apply(cm(f"w{n}", data={"i": str(i)}))
+        except Exception as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    http = Http(lk.url)
+    events = http.watch(CMS, resourceVersion=start, timeoutSeconds=0.3)
+    http.close()
+    assert failures == []
+    rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert rvs == list(range(start + 1, start + 1 + 160))
+    for n in range(4):
+        mine = [e["object"]["data"]["i"] for e in events
+                if e["object"]["metadata"]["name"] == f"w{n}"]
+        assert mine == [str(i) for i in range(40)]

@@ -3,17 +3,25 @@
 The reconciler reads sources, namespaces and existing objects from the API server, asks
 these functions what the cluster should hold, and writes only the difference.
 
-Ownership rule (who may eventop touch?): an object is a copy *managed by a rule* only if
-it carries an ownerReference to that very CopyRule (same uid). Labels are for finding copies
-with one label-selector list; they are not proof of ownership, because anyone who can edit
-ConfigMaps in a namespace can write any label (the recorded hand-made
-``team-a/registry-config`` carries ``app.kubernetes.io/managed-by=eventop`` and nothing
-else: it is *not* managed, so it is reported as a conflict and left alone). An ownerReference
-names the rule's uid, which a namespace user cannot guess without read access to the
-cluster-scoped rule, and it is exactly what makes the garbage collector delete the copy with
-the rule; so "owned by the rule" and "deleted with the rule" are the same set. Removing the
-ownerReference from a copy (or ``kubectl delete copyrule --cascade=orphan``) is how a user
-takes a copy over.
+Ownership rule (who may eventop touch?), the one Kubernetes controllers use for their
+dependents (ControllerRefManager):
+
+* an object is a copy *managed by a rule* if it carries an ownerReference to that very
+  CopyRule (same uid). That reference is also what makes the garbage collector delete the copy
+  with the rule, so "managed by the rule" and "deleted with the rule" are the same set;
+* an *orphan* at a slot the rule wants, i.e. an object with no controller ownerReference at
+  all that names this rule in both its ``eventop.dev/copy-rule`` label and annotation, is
+  adopted (its ownerReference added, its content restored). That is how copies left by
+  ``kubectl delete copyrule --cascade=orphan``, or a copy whose ownerReference was stripped,
+  come back under the rule when it is applied again;
+* anything else is not ours and is never written or deleted. A bare
+  ``app.kubernetes.io/managed-by=eventop`` label proves nothing (anyone who can edit ConfigMaps
+  in a namespace can write it, and other tools set it too): the recorded hand-made
+  ``team-a/registry-config`` carries only that label, so it is reported as a conflict and left
+  alone. Adoption needs the rule's own label and annotation, never happens outside the rule's
+  targets and never deletes: the most a forged label can do is receive the copy that namespace
+  is entitled to anyway. To take a copy over for good, remove its ``eventop.dev/copy-rule``
+  label (and the ownerReference).
 """
 
 from __future__ import annotations
@@ -111,11 +119,26 @@ def owned_by(obj: Obj, rule: Obj) -> bool:
     return bool(uid) and any(ref.get("uid") == uid for ref in refs)
 
 
+def adoptable(obj: Obj, rule: Obj) -> bool:
+    """An orphan naming this rule in label and annotation (module docstring)."""
+    meta = obj.get("metadata") or {}
+    if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+        return False
+    name = (rule.get("metadata") or {}).get("name", "")
+    return ((meta.get("labels") or {}).get(RULE_LABEL) == label_value(name)
+            and (meta.get("annotations") or {}).get(RULE_ANNOTATION) == name)
+
+
 def is_copy(obj: Obj) -> bool:
-    """Any CopyRule's copy (owned by some CopyRule): never itself a source, so no copy loops."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP + "/")
-               for ref in refs)
+    """Any CopyRule's copy (owned by one, or an orphan marked as one): never itself a source,
+    so copies are never copied again (no chains or loops between rules)."""
+    meta = obj.get("metadata") or {}
+    refs = meta.get("ownerReferences") or []
+    if any(ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP + "/")
+           for ref in refs):
+        return True
+    return RULE_LABEL in (meta.get("labels") or {}) and \
+        RULE_ANNOTATION in (meta.get("annotations") or {})
 
 
 def is_source(rule: Obj, obj: Obj) -> bool:
@@ -328,7 +351,7 @@ def plan(rule: Obj, desired: Mapping[Slot, Obj], existing: Mapping[Slot, Obj],
         have = existing.get(slot)
         if have is None:
             result.create.append(want)
-        elif not owned_by(have, rule):
+        elif not owned_by(have, rule) and not adoptable(have, rule):
             result.conflicts.append(slot)
         elif in_sync(have, want):
             result.in_sync.append(slot)

@@ -141,6 +141,29 @@ def test_only_an_owner_reference_to_the_rule_makes_an_object_ours() -> None:
     assert not d.owned_by(ours, rule(uid="recreated-rule-uid"))
 
 
+def test_orphans_naming_the_rule_are_adoptable_a_bare_managed_by_label_is_not() -> None:
+    r = rule()
+    recorded_hand_made = cm("registry-config", "team-a",
+                            labels={"app.kubernetes.io/managed-by": "eventop"})
+    assert not d.adoptable(recorded_hand_made, r)
+    orphan = d.desired_copy(r, cm("registry-config"), "team-a")
+    del orphan["metadata"]["ownerReferences"]
+    assert d.adoptable(orphan, r)
+    assert not d.adoptable(orphan, rule(name="other-rule"))
+    label_only = {**orphan, "metadata": {**orphan["metadata"], "annotations": {}}}
+    assert not d.adoptable(label_only, r)
+    # still owned by a controller (e.g. a deleted rule's copy awaiting the garbage collector)
+    assert not d.adoptable(d.desired_copy(rule(uid="old-uid"), cm("registry-config"), "team-a"),
+                           r)
+    p = d.plan(r, {Slot("team-a", "registry-config"): d.desired_copy(r, cm("registry-config"),
+                                                                    "team-a")},
+               {Slot("team-a", "registry-config"): orphan})
+    assert len(p.update) == 1 and not p.conflicts
+    unwanted = d.plan(r, {}, {}, prunable=[{**orphan, "metadata": {**orphan["metadata"],
+                                                                  "uid": "o"}}])
+    assert unwanted.delete == []  # adoption never deletes
+
+
 def test_plan_creates_updates_prunes_and_never_touches_unowned_objects() -> None:
     r = rule()
     source = cm("registry-config", data={"mirror": "new"})

@@ -117,14 +117,43 @@ def test_unmanaged_object_is_left_alone_reported_and_replaced_only_once_gone(
     assert h.rule("main-rule")["status"]["conflicts"] == 0
 
 
-def test_copy_whose_owner_reference_was_removed_by_hand_belongs_to_the_user(h: Harness) -> None:
+def test_copy_taken_over_by_removing_its_rule_label_belongs_to_the_user(h: Harness) -> None:
     taken = h.copies()["team-a/registry-config"]
     del taken["metadata"]["ownerReferences"]
+    del taken["metadata"]["labels"]["eventop.dev/copy-rule"]
     taken["data"] = {"mirror": "team-a's own"}
     h.world_put(taken)
     h.settle()
     assert h.objects()["team-a/registry-config"]["data"] == {"mirror": "team-a's own"}
     assert h.rule("main-rule")["status"]["conflictList"] == ["team-a/registry-config"]
+
+
+def test_copy_with_only_its_owner_reference_stripped_is_adopted_again(h: Harness) -> None:
+    stripped = h.copies()["team-a/registry-config"]
+    del stripped["metadata"]["ownerReferences"]
+    stripped["data"] = {"mirror": "edited"}
+    h.world_put(stripped)
+    h.settle()
+    copy_ = h.objects()["team-a/registry-config"]
+    assert copy_["data"] == {"mirror": "m:5000"}
+    assert [r["name"] for r in copy_["metadata"]["ownerReferences"]] == ["main-rule"]
+
+
+def test_copies_orphaned_with_the_rule_are_adopted_when_it_is_applied_again(
+        h: Harness, kube: Any) -> None:
+    kube.delete(desired.API_VERSION, desired.KIND, "main-rule", propagation="Orphan")
+    h.settle()
+    orphans = h.objects()
+    assert {k for k, o in orphans.items() if o["metadata"]["name"] == "registry-config"} == \
+        {"default/registry-config", "team-a/registry-config", "team-b/registry-config"}
+    assert not orphans["team-a/registry-config"]["metadata"].get("ownerReferences")
+    h.world_put(copy_rule("main-rule"))
+    h.settle()
+    new_uid = h.rule("main-rule")["metadata"]["uid"]
+    for key in ("team-a/registry-config", "team-b/registry-config"):
+        assert [r["uid"] for r in h.objects()[key]["metadata"]["ownerReferences"]] == [new_uid]
+    status = h.rule("main-rule")["status"]
+    assert (status["copies"], status["conflicts"]) == (2, 0)
 
 
 def test_namespace_relabelled_out_of_the_targets_loses_its_copies(h: Harness) -> None:

@@ -133,8 +133,15 @@ class Handler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
+            left = length
+            while left > 0:  # drain it, so the client gets to read our answer
+                chunk = self.rfile.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
             raise ApiError(413, "RequestEntityTooLarge",
-                           f"the request body of {length} bytes is larger than {MAX_BODY}", {})
+                           f"the request body of {length} bytes is larger than the "
+                           f"{MAX_BODY} bytes an API server accepts", {})
         return self.rfile.read(length) if length else b""
 
     def _send(self, status: int, body: Any) -> None:

@@ -236,3 +236,17 @@ def test_post_event_creates_then_counts_repeats(k: Kube) -> None:
     k.post_event(involved, "Normal", "Copied", "copied somewhere")
     [event] = k.list("v1", "Event", "default")
     assert event["count"] == 2 and event["involvedObject"]["uid"] == involved["metadata"]["uid"]
+
+
+def test_bodies_over_3_mib_are_refused_and_bad_json_is_400(http: Http) -> None:
+    big = cm("big", data={"k": "x" * (3 * 1024 * 1024)})
+    assert http.call("POST", "/api/v1/namespaces/default/configmaps", big)[0] == 413
+    resp = http.session.post(http.url + "/api/v1/namespaces/default/configmaps",
+                             data=b"{not json", headers={"Content-Type": "application/json"},
+                             timeout=5)
+    assert resp.status_code == 400 and resp.json()["reason"] == "BadRequest"
+
+
+def test_configmap_data_over_1_mib_is_invalid(k: Kube) -> None:
+    with pytest.raises(errors.Invalid, match="Too long: must have at most 1048576 bytes"):
+        k.create(cm("big", data={"k": "x" * (1024 * 1024 + 1)}))

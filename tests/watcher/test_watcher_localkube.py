@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from kube import Kube
 from watcher.delivery import Backoff, Deliverer, RetryPolicy
+from watcher.recording import load_initial, load_recording
 from watcher.watch import ResourceSpec, Watcher, WatchSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,20 +235,50 @@ def test_resync_sends_every_object_again_with_its_own_id(local_kube, sink, start
     assert sink.ids()[:2] == [event_id("add", obj), event_id("update", obj)]
 
 
-def test_run_command_watches_and_exits_cleanly_on_sigterm(local_kube, sink):
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_kube, sink):
     obj = local_kube.put(cm("cli", "0"))
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "K_SINK": sink.url,
            "EVENTOP_RESOURCES": SPEC, "EVENTOP_KUBE_URL": local_kube.url,
-           "EVENTOP_METRICS_PORT": "0"}
+           "EVENTOP_METRICS_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "watcher", "run", "--read-timeout", "2"],
                             cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert sink.wait_for(1, 30)
         later = local_kube.put(cm("cli", "1"))
         assert sink.wait_for(2, 10)
+        metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert sink.ids() == [event_id("add", obj), event_id("update", later)]
     assert '"level": "info"' in err and "watching v1/configmaps@demo" in err
+    assert 'eventop_watcher_events_emitted_total{kind="ConfigMap",type="update"} 1.0' in metrics
+    assert "eventop_watcher_watch_starts_total" in metrics
+    assert "eventop_watcher_queue_depth" in metrics
+
+
+def test_record_saves_list_and_watch_that_replay_reads_back(local_kube, tmp_path):
+    before = local_kube.put(cm("rec", "0"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "EVENTOP_KUBE_URL": local_kube.url}
+    proc = subprocess.Popen([sys.executable, "-m", "watcher", "record", str(tmp_path),
+                             "--resource", "v1/configmaps:test=watcher", "--seconds", "3"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    assert wait_until(lambda: (tmp_path / "api_v1_configmaps.watch.jsonl").exists(), 20)
+    changed = local_kube.put(cm("rec", "1"))
+    local_kube.remove("v1", "ConfigMap", "rec", "demo")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "v1/configmaps:test=watcher:" in out
+    assert [o["metadata"]["uid"] for o in load_initial(tmp_path)] == [before["metadata"]["uid"]]
+    assert load_initial(tmp_path)[0]["kind"] == "ConfigMap"
+    recorded = [(c, o["metadata"]["resourceVersion"]) for c, o in load_recording(tmp_path)]
+    assert recorded[0] == ("update", changed["metadata"]["resourceVersion"])
+    assert [c for c, _ in recorded] == ["update", "delete"]

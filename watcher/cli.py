@@ -161,6 +161,8 @@ def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
 def _need_sink(args: argparse.Namespace) -> str:
     if not args.sink:
         raise SystemExit("no sink: pass --sink URL or set K_SINK (the router's URL)")
+    if not str(args.sink).startswith(("http://", "https://")):
+        raise SystemExit(f"the sink must be an http:// or https:// URL, not {args.sink!r}")
     return str(args.sink)
 
 

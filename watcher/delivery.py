@@ -228,7 +228,10 @@ class Deliverer:
                     self._lock.notify_all()
                 self._capacity.release()
                 if self.on_result is not None:
-                    self.on_result(item, result)
+                    try:
+                        self.on_result(item, result)
+                    except Exception:
+                        log.exception("result callback failed for event %s", item.event_id)
         finally:
             session.close()
 

@@ -438,7 +438,8 @@ def _describe(exc: BaseException, kube: Kube) -> str:
             return (f"forbidden: {exc.message} (grant list and watch on it to the watcher's "
                     "ServiceAccount, see deploy/)")
         if exc.status == 404:
-            return f"not found: {exc.message}"
+            return (f"not found: {exc.message} (is the resource served? for eventop.dev "
+                    "kinds install the CRDs: kubectl apply -f crds/)")
         if isinstance(exc, Unavailable) and not exc.reason:
             return f"{exc} (is the API server up and reachable?)"
         if exc.status >= 500 or exc.status == 429:

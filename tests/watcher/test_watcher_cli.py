@@ -88,3 +88,8 @@ def test_resource_specs_parse_every_documented_form() -> None:
     plurals = {ResourceSpec.parse(r).plural for r in DEFAULT_RESOURCES}
     assert plurals == {"registrymirrors", "copyrules", "exchangerates", "namespaces",
                        "configmaps", "secrets", "statefulsets", "daemonsets"}
+
+
+def test_a_sink_that_is_not_an_http_url_is_refused_at_start() -> None:
+    with pytest.raises(SystemExit, match="http:// or https://"):
+        main(["emit", "x", "--sink", "router:8080"])

@@ -8,6 +8,7 @@ at most cause one more reconcile.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -57,9 +58,12 @@ class Event:
             return self.data
         return None
 
-    @property
+    @functools.cached_property
     def ref(self) -> ObjectRef | None:
-        """Which object this is about, in either mode (data first, extensions as fallback)."""
+        """Which object this is about, in either mode (data first, extensions as fallback).
+
+        Computed once per event: the registry asks it for every registration it matches.
+        """
         if not self.is_kube:
             return None
         data = self.data if isinstance(self.data, dict) else {}

@@ -89,6 +89,20 @@ class Controllers(_Base):
             return False
         return not ns or ns == dependent["metadata"].get("namespace")
 
+    def _delete_dependents(self, owner_uid: str) -> None:
+        """Foreground deletion: dependents with no other live owner go first (simplified:
+        the owner does not wait for dependents that are held by finalizers)."""
+        for dep_uid in sorted(self._dependents.get(owner_uid, set())):
+            loc = self._by_uid.get(dep_uid)
+            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2]) if loc else None
+            res = self._type_for(loc[0]) if loc else None
+            if rec is None or res is None:
+                continue
+            others = [r for r in rec.obj["metadata"].get("ownerReferences") or []
+                      if r.get("uid") != owner_uid and self._owner_alive(rec.obj, r)]
+            if not others:
+                self._delete(res, rec, "Foreground")
+
     def _orphan(self, owner_uid: str) -> None:
         for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
             loc = self._by_uid.get(dep_uid)

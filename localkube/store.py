@@ -454,13 +454,14 @@ class Store(Admission, Controllers):
     def _delete(self, res: ResourceType, rec: Record, propagation: str) -> tuple[Obj, bool]:
         meta = rec.obj["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
+        if res.kind == "Namespace" and name in PROTECTED_NAMESPACES:
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this '
+                           "namespace may not be deleted", {"name": name, "kind": "namespaces"})
         if propagation == "Orphan":
             self._orphan(meta["uid"])
+        elif propagation == "Foreground":
+            self._delete_dependents(meta["uid"])
         if res.kind == "Namespace":
-            if name in PROTECTED_NAMESPACES:
-                raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this '
-                               "namespace may not be deleted",
-                               {"name": name, "kind": "namespaces"})
             return self._terminate_namespace(res, rec)
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):

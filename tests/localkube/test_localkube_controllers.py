@@ -190,3 +190,15 @@ def test_with_gc_dangling_objects_with_a_missing_or_foreign_owner_are_collected(
         half = kube.get("v1", "ConfigMap", "half", "default")
     assert names == {"owner", "half", "fine", "kube-root-ca.crt"}
     assert [r["uid"] for r in half["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]
+
+
+def test_foreground_deletion_removes_dependents_before_the_owner(lk: LocalKube, k: Kube,
+                                                                 http: Http) -> None:
+    owner = k.create(cm("owner"))
+    k.create(_owned("child", "default", owner))
+    rv = str(lk.resource_version)
+    k.delete("v1", "ConfigMap", "owner", "default", propagation="Foreground")
+    events = http.watch("/api/v1/namespaces/default/configmaps", resourceVersion=rv,
+                        timeoutSeconds=0.3)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("DELETED", "child"), ("DELETED", "owner")]

@@ -186,6 +186,7 @@ class ResourceWatcher:
         self.rv = ""  # where the next watch starts: the last change queued or bookmark seen
         self.known: dict[str, tuple[str, str | None, str]] = {}  # uid -> (rv, namespace, name)
         self.synced = threading.Event()  # set after the first complete list
+        self._seen_since_list = 0  # watch events and bookmarks since the last list
         self._next_resync = math.inf
         self._thread: threading.Thread | None = None
 
@@ -203,7 +204,7 @@ class ResourceWatcher:
     def run(self) -> None:
         """The forever loop: never returns until stopped, whatever the API server does."""
         mode: str | None = "list"
-        failures = 0
+        failures = expired_streak = 0
         while not self.stop.is_set():
             try:
                 if self.res is None:
@@ -224,10 +225,15 @@ class ResourceWatcher:
                 return
             except Expired as exc:
                 RELISTS.labels(self.name).inc()
+                # Expired again right after a list, with nothing seen in between: back off,
+                # or a server with a very short history would be hammered with LISTs.
+                expired_streak = expired_streak + 1 if self._seen_since_list == 0 else 1
                 log.warning("%s: watch history expired (%s); listing again to emit what "
                             "changed since resourceVersion %s", self.name, exc, self.rv,
                             extra={"fields": {"resource": self.name, "rv": self.rv}})
                 mode = mode or "list"
+                if expired_streak > 1:
+                    self.stop.wait(self.settings.backoff.delay(expired_streak - 2))
             except Exception as exc:
                 failures += 1
                 API_ERRORS.labels(self.name).inc()
@@ -303,6 +309,7 @@ class ResourceWatcher:
             counts["delete"] += 1
             del self.known[uid]
         list_rv = str(meta.get("resourceVersion") or "")
+        self._seen_since_list = 0
         log.info("%s: %s of %d objects at resourceVersion %s: %d add, %d update, %d delete",
                  self.name, mode, len(self.known), list_rv, counts["add"], counts["update"],
                  counts["delete"], extra={"fields": {"resource": self.name, **counts}})
@@ -372,6 +379,8 @@ class ResourceWatcher:
                         extra={"fields": {"resource": self.name, "rv": self.rv}})
             return False
         meta = obj.get("metadata") or {}
+        if wtype != "ERROR":
+            self._seen_since_list += 1
         if wtype == "BOOKMARK":
             if meta.get("resourceVersion"):
                 self.rv = str(meta["resourceVersion"])

@@ -19,11 +19,12 @@ One :class:`ResourceWatcher` thread per configured resource runs forever:
 5. Any API failure (unreachable API server, 5xx, RBAC, resource not installed) is logged with
    what to do and retried with exponential backoff, forever: the loop never silently stops.
 
-Memory stays bounded: per object only ``uid -> (resourceVersion, namespace, name)`` is kept,
-never the object. The price: a delete found by a re-list (the object vanished while the watch
-history was lost) carries a minimal object as its data (apiVersion, kind and metadata name,
-namespace, uid, resourceVersion, and the annotation ``eventop.dev/deleted-while-unwatched``),
-not the full last state. Handlers read the API server anyway, so that is enough for them.
+Memory stays bounded: per object only its uid, resourceVersion, namespace, name, labels and
+ownerReferences are kept (:class:`Known`), never the object. The price: a delete found by a
+re-list (the object vanished while the watch history was lost) carries that metadata as its
+data (plus the annotation ``eventop.dev/deleted-while-unwatched: "true"``), not the full last
+state. Handlers read the API server anyway, and match deleted objects by labels and owners,
+so that is enough for them.
 
 Back-pressure: when the delivery buffer is full, :meth:`Deliverer.submit` blocks and the watch
 stops reading. If it stays blocked longer than the read timeout, the stream is closed (the API
@@ -40,7 +41,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import urllib3
 from prometheus_client import Counter
@@ -170,6 +171,33 @@ def resolve(kube: Kube, spec: ResourceSpec) -> Resource:
                     reason="NotFound")
 
 
+class Known(NamedTuple):
+    """What is kept per object: enough to notice changes and to describe a vanished object.
+
+    Labels and ownerReferences are kept (small, and what handlers match deleted objects by:
+    a copy rule's selector, a mirror's ownership of its StatefulSet); data, spec, status and
+    annotations are not.
+    """
+
+    rv: str
+    namespace: str | None
+    name: str
+    labels: dict[str, str] | None
+    owners: list[Obj] | None
+
+    def last_state(self, res: Resource, uid: str) -> Obj:
+        """The data of a delete found by a re-list: the last known metadata, marked as such."""
+        meta: Obj = {"name": self.name, "uid": uid, "resourceVersion": self.rv,
+                     "annotations": {DELETED_UNWATCHED: "true"}}
+        if self.namespace:
+            meta["namespace"] = self.namespace
+        if self.labels:
+            meta["labels"] = self.labels
+        if self.owners:
+            meta["ownerReferences"] = self.owners
+        return {"apiVersion": res.api_version, "kind": res.kind, "metadata": meta}
+
+
 class ResourceWatcher:
     """List+watch one resource forever; see the module docstring for the behaviour."""
 
@@ -184,7 +212,7 @@ class ResourceWatcher:
         self.name = str(spec)
         self.res: Resource | None = None
         self.rv = ""  # where the next watch starts: the last change queued or bookmark seen
-        self.known: dict[str, tuple[str, str | None, str]] = {}  # uid -> (rv, namespace, name)
+        self.known: dict[str, Known] = {}  # uid -> what a delete found by a re-list needs
         self.synced = threading.Event()  # set after the first complete list
         self._seen_since_list = 0  # watch events and bookmarks since the last list
         self._next_resync = math.inf
@@ -288,7 +316,7 @@ class ResourceWatcher:
                 seen.add(uid)
                 prev = self.known.get(uid)
                 change = ("add" if prev is None else
-                          "update" if prev[0] != rv or mode == "resync" else None)
+                          "update" if prev.rv != rv or mode == "resync" else None)
                 if change:
                     self._emit(change, item)
                     counts[change] += 1
@@ -299,13 +327,7 @@ class ResourceWatcher:
             if not cont:
                 break
         for uid in [u for u in self.known if u not in seen]:
-            rv, ns, name = self.known[uid]
-            gone: Obj = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {
-                "name": name, "uid": uid, "resourceVersion": rv,
-                "annotations": {DELETED_UNWATCHED: "true"}}}
-            if ns:
-                gone["metadata"]["namespace"] = ns
-            self._emit("delete", gone)
+            self._emit("delete", self.known[uid].last_state(res, uid))
             counts["delete"] += 1
             del self.known[uid]
         list_rv = str(meta.get("resourceVersion") or "")
@@ -317,7 +339,8 @@ class ResourceWatcher:
 
     def _remember(self, uid: str, rv: str, meta: Obj) -> None:
         ns = meta.get("namespace")
-        self.known[uid] = (rv, sys.intern(ns) if ns else None, str(meta.get("name")))
+        self.known[uid] = Known(rv, sys.intern(ns) if ns else None, str(meta.get("name")),
+                                meta.get("labels") or None, meta.get("ownerReferences") or None)
 
     # -- watch -----------------------------------------------------------------------
 

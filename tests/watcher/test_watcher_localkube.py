@@ -7,6 +7,7 @@ sink received: every change exactly once (ids ``<uid>/<rv>/<change>``), in order
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -147,6 +148,9 @@ def test_expired_history_relists_and_emits_exactly_the_difference(local_kube, si
         f"{objs['b']['metadata']['uid']}/{objs['b']['metadata']['resourceVersion']}/delete"])
     assert len(list_requests(local_kube)) == 2
     assert "watch history expired" in caplog.text
+    deleted = json.loads(next(r for r in sink.accepted if r.type.endswith(".delete")).body)
+    assert deleted["metadata"]["name"] == "b" and deleted["metadata"]["namespace"] == "demo"
+    assert deleted["metadata"]["labels"] == {"test": "watcher"}
     assert w.loops[0].known.keys() == {objs["a"]["metadata"]["uid"],
                                        objs["c"]["metadata"]["uid"], d["metadata"]["uid"]}
 

@@ -29,7 +29,9 @@ EXPIRED_LINE = (REC / "watch-expired" / "api_v1_configmaps.watch-from-rv1.jsonl"
 
 def cm(name: str, rv: int, uid: str | None = None) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "demo", "uid": uid or f"uid-{name}",
-                         "resourceVersion": str(rv)}, "data": {"v": str(rv)}}
+                         "resourceVersion": str(rv), "labels": {"copy": "yes"},
+                         "annotations": {"big": "x" * 100}},
+            "data": {"v": str(rv)}}
 
 
 def line(wtype: str, obj: dict[str, Any]) -> bytes:
@@ -126,7 +128,8 @@ def test_list_then_watch_from_the_list_version_with_bookmarks(sink, run_loop) ->
     first, second = kube.watch_queries[:2]
     assert first["resourceVersion"] == "100" and first["allowWatchBookmarks"] == "true"
     assert second["resourceVersion"] == "15"  # resumed from the bookmark
-    assert loop.known == {"uid-a": ("12", "demo", "a"), "uid-b": ("11", "demo", "b")}
+    assert {u: k[:3] for u, k in loop.known.items()} == {"uid-a": ("12", "demo", "a"),
+                                                        "uid-b": ("11", "demo", "b")}
 
 
 def test_recorded_410_error_event_relists_and_emits_exactly_the_difference(
@@ -144,6 +147,8 @@ def test_recorded_410_error_event_relists_and_emits_exactly_the_difference(
     data = json.loads(deleted.body)
     assert data["kind"] == "ConfigMap" and data["metadata"]["name"] == "b"
     assert data["metadata"]["annotations"] == {DELETED_UNWATCHED: "true"}
+    assert data["metadata"]["labels"] == {"copy": "yes"}  # what handlers match deletes by
+    assert "data" not in data
     assert deleted.subject == "/apis/v1/namespaces/demo/configmaps/b"
     assert "too old resource version" in caplog.text
 

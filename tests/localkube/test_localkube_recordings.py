@@ -366,3 +366,29 @@ def test_mirrors_and_rates_scenario_produces_the_recorded_watch_streams(lk: Loca
             assert _shape(_no_hand_made(mine["object"])) == _shape(_no_hand_made(real["object"]))
             assert json.dumps(mine["object"]) == json.dumps(mine["object"], sort_keys=True)
     _assert_rv_order(got)
+
+
+def test_field_ownership_evolves_like_the_recorded_managed_fields(lk: LocalKube,
+                                                                  http: Http) -> None:
+    recorded = [e["object"] for e in recording("copy-rules/api_v1_configmaps.watch.jsonl")
+                if e["object"]["metadata"].get("name") == "registry-config"
+                and e["object"]["metadata"].get("namespace") == "default"][:3]
+    path = "/api/v1/namespaces/default/configmaps"
+    ours = [http.call("POST", path, cm("registry-config",
+                                       data={"mirror": "mirror.internal:5000"}),
+                      params={"fieldManager": "kubectl-create"})[1]]
+    ours.append(http.call("PATCH", f"{path}/registry-config",
+                          {"metadata": {"labels": {"copyrator": "true"}}},
+                          content_type="application/merge-patch+json",
+                          params={"fieldManager": "kubectl-label"})[1])
+    ours.append(http.call("PATCH", f"{path}/registry-config",
+                          {"data": {"mirror": "mirror.internal:5001", "insecure": "false"}},
+                          content_type="application/merge-patch+json",
+                          params={"fieldManager": "kubectl-patch"})[1])
+
+    def ownership(obj: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        return sorted(((m["manager"], m["operation"], m["fieldsV1"])
+                       for m in obj["metadata"]["managedFields"]), key=lambda t: t[0])
+
+    for mine, real in zip(ours, recorded, strict=True):
+        assert ownership(mine) == ownership(real)

@@ -392,3 +392,31 @@ def test_field_ownership_evolves_like_the_recorded_managed_fields(lk: LocalKube,
 
     for mine, real in zip(ours, recorded, strict=True):
         assert ownership(mine) == ownership(real)
+
+
+def test_custom_resource_ownership_and_status_subresource_entries_match_the_recording(
+        lk: LocalKube, http: Http) -> None:
+    recorded = [e["object"] for e in recording(
+        "mirrors-and-rates/apis_eventop.dev_v1_registrymirrors.watch.jsonl")
+        if e["object"]["metadata"].get("name") == "docker-hub"]
+    first = recorded[0]
+    http.call("POST", NS_PATH, {"metadata": {"name": "registry-mirrors"}})
+    path = "/apis/eventop.dev/v1/namespaces/registry-mirrors/registrymirrors"
+    mp = "application/merge-patch+json"
+    ours = [http.call("POST", path, {
+        "apiVersion": first["apiVersion"], "kind": first["kind"],
+        "metadata": {"name": "docker-hub", "annotations": first["metadata"]["annotations"]},
+        "spec": first["spec"]}, params={"fieldManager": "kubectl-client-side-apply"})[1]]
+    ours.append(http.call("PATCH", f"{path}/docker-hub", {"spec": {"storage": {"size": "50Gi"}}},
+                          content_type=mp, params={"fieldManager": "kubectl-patch"})[1])
+    ours.append(http.call("PATCH", f"{path}/docker-hub/status",
+                          {"status": recorded[2]["status"]}, content_type=mp,
+                          params={"fieldManager": "kubectl-patch"})[1])
+
+    def ownership(obj: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in m.items() if k != "time"}
+                for m in obj["metadata"]["managedFields"]]
+
+    for mine, real in zip(ours, recorded, strict=True):
+        assert ownership(mine) == ownership(real)
+        assert mine["metadata"]["generation"] == real["metadata"]["generation"]

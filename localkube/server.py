@@ -148,7 +148,8 @@ class Handler(BaseHTTPRequestHandler):
         data = body if isinstance(body, bytes) else json.dumps(
             body, separators=(",", ":")).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain; charset=utf-8" if data == b"ok"
+                         else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self._headers_buffer.append(b"\r\n" + data)  # headers and body in one write
         self.flush_headers()

@@ -215,6 +215,7 @@ class ResourceWatcher:
         self.known: dict[str, Known] = {}  # uid -> what a delete found by a re-list needs
         self.synced = threading.Event()  # set after the first complete list
         self._seen_since_list = 0  # watch events and bookmarks since the last list
+        self._lines_ok = 0  # decodable watch lines ever: progress, as opposed to spinning
         self._next_resync = math.inf
         self._thread: threading.Thread | None = None
 
@@ -357,18 +358,12 @@ class ResourceWatcher:
             query.append(("labelSelector", self.spec.label_selector))
         WATCH_STARTS.labels(self.name).inc()
         log.debug("%s: watching from resourceVersion %s", self.name, self.rv)
-        try:
-            lines = self.kube.iter_watch(self.res, self.spec.namespace, query,
-                                         (self.settings.connect_timeout,
-                                          self.settings.read_timeout))
-        except KubeError as exc:
-            if exc.status == 410:
-                raise Expired(str(exc)) from exc
-            raise
-        got = 0
+        # A generator: the request itself is made by the first iteration, inside the try.
+        lines = self.kube.iter_watch(self.res, self.spec.namespace, query,
+                                     (self.settings.connect_timeout, self.settings.read_timeout))
+        before = self._lines_ok
         try:
             for line in lines:
-                got += 1
                 if self.stop.is_set():
                     raise Stopped
                 if not self._handle_line(line, lines):
@@ -381,13 +376,17 @@ class ResourceWatcher:
                         self.settings.read_timeout, self.rv,
                         extra={"fields": {"resource": self.name, "rv": self.rv}})
             return True  # a timely, deliberate reconnect; no backoff needed
+        except KubeError as exc:
+            if exc.status == 410:  # the watch request itself answered 410 Gone
+                raise Expired(str(exc)) from exc
+            raise
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("%s: watch connection broke (%s); resuming from resourceVersion %s",
                         self.name, exc, self.rv,
                         extra={"fields": {"resource": self.name, "rv": self.rv}})
         finally:
             lines.close()
-        return got > 0
+        return self._lines_ok > before
 
     def _handle_line(self, line: bytes, lines: Any) -> bool:
         """Process one watch line; False means: close this stream and resume from ``self.rv``."""
@@ -404,6 +403,7 @@ class ResourceWatcher:
         meta = obj.get("metadata") or {}
         if wtype != "ERROR":
             self._seen_since_list += 1
+            self._lines_ok += 1
         if wtype == "BOOKMARK":
             if meta.get("resourceVersion"):
                 self.rv = str(meta["resourceVersion"])

@@ -73,14 +73,20 @@ class ScriptedKube:
 
     def iter_watch(self, res: Resource, namespace: str | None, query: Any,
                    timeout: Any) -> Iterator[bytes]:
+        """Lazy like :meth:`kube.Kube.iter_watch`: errors come with the first line."""
         self.watch_queries.append(dict(query))
         if not self.watches:
             self.done.set()
-            return (b for b in ())
-        item = self.watches.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return (b for b in item)
+            item: list[bytes] | Exception = []
+        else:
+            item = self.watches.pop(0)
+
+        def lines() -> Iterator[bytes]:
+            if isinstance(item, Exception):
+                raise item
+            yield from item
+
+        return lines()
 
 
 @pytest.fixture

@@ -83,6 +83,17 @@ class Registry:
     def registrations(self) -> tuple[Registration, ...]:
         return tuple(self._regs)
 
+    def custom_kinds(self) -> set[tuple[str, str]]:
+        """The (apiVersion, kind) of custom resources the handlers listen to: the CRDs that
+        must be installed before events for them can exist."""
+        kinds = set()
+        for reg in self._regs:
+            if reg.api_version and reg.kind:
+                group = reg.api_version.rpartition("/")[0]
+                if "." in group and not group.endswith(".k8s.io"):
+                    kinds.add((reg.api_version, reg.kind))
+        return kinds
+
     def matching(self, event: Event) -> list[Registration]:
         return [r for r in self._regs if r.wants(event)]
 

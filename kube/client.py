@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -309,6 +309,27 @@ class Kube:
                         message, exc)
 
     # -- health ----------------------------------------------------------------------
+
+    def missing_kinds(self, kinds: Iterable[tuple[str, str]]) -> list[str]:
+        """Which of these (apiVersion, kind) the API server does not serve (yet).
+
+        Asks API discovery, which every authenticated client may read, so waiting for CRDs
+        needs no permission on CustomResourceDefinitions themselves.
+        """
+        by_version: dict[str, set[str]] = {}
+        for api_version, kind in kinds:
+            by_version.setdefault(api_version, set()).add(kind)
+        missing = []
+        for api_version, wanted in sorted(by_version.items()):
+            path = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+            try:
+                doc = self.request("GET", path, verb="discovery")
+            except errors.NotFound:
+                doc = {}
+            served = {r.get("kind") for r in doc.get("resources") or []
+                      if "/" not in str(r.get("name", ""))}
+            missing += [f"{kind}.{api_version}" for kind in sorted(wanted - served)]
+        return missing
 
     def ping(self) -> None:
         """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""

@@ -92,14 +92,19 @@ class KubeProvider:
 
 
 class Readiness:
-    """``kube.ping()``, remembered for a couple of seconds.
+    """The API server answers and serves the custom resources the handlers listen to.
 
-    Kubelet probes every replica every few seconds; caching keeps a probe from turning into
-    an API request each time, and the lock makes concurrent probes share one ping.
+    Until the CRDs are installed (``kubectl apply -k crds/``, a separate admin step: the
+    operator never creates CRDs) the router waits: unready, with the missing kinds as the
+    reason. Remembered for a couple of seconds: kubelet probes every replica every few
+    seconds, caching keeps a probe from turning into API requests each time, and the lock
+    makes concurrent probes share one check.
     """
 
-    def __init__(self, provider: KubeProvider, ttl: float = READY_CACHE_SECONDS) -> None:
+    def __init__(self, provider: KubeProvider, ttl: float = READY_CACHE_SECONDS,
+                 kinds: set[tuple[str, str]] | None = None) -> None:
         self.provider = provider
+        self.kinds = kinds or set()
         self.ttl = ttl
         self._lock = threading.Lock()
         self._at = -float("inf")
@@ -113,7 +118,14 @@ class Readiness:
                 kube = self.provider.get()
                 kube.ping()
                 host = getattr(kube, "host", "")
-                self._result = (True, f"Kubernetes API reachable{' at ' + host if host else ''}")
+                missing = kube.missing_kinds(self.kinds) if self.kinds else []
+                if missing:
+                    self._result = (False, "waiting for the CustomResourceDefinitions of "
+                                    f"{', '.join(missing)}: install them with "
+                                    "`kubectl apply -k crds/`")
+                else:
+                    self._result = (True, "Kubernetes API reachable"
+                                    f"{' at ' + host if host else ''}")
             except KubeError as exc:
                 self._result = (False, str(exc))
             except Exception as exc:  # readiness must answer, whatever went wrong
@@ -172,7 +184,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     app = Flask("router")
     app.config["MAX_CONTENT_LENGTH"] = limit = max_body_bytes()
     provider = KubeProvider(kube)
-    readiness = Readiness(provider)
+    readiness = Readiness(provider, kinds=registry.custom_kinds())
     app.extensions["eventop"] = {"registry": registry, "kube": provider,
                                  "readiness": readiness}
 

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,15 +97,21 @@ def _post_worker_init(worker: Any) -> None:
         return
 
     def check() -> None:
-        ok, reason = state["readiness"].check()
-        if ok:
-            log.info("%s", reason, extra={"fields": {"ready": True}})
-        else:
-            log.warning("Kubernetes API unreachable: %s. The router keeps serving; /readyz "
-                        "answers 503 and events needing the API get 503 (retried by the "
-                        "sender) until it is reachable. Check EVENTOP_KUBE_URL, KUBECONFIG or "
-                        "the in-cluster service account.", reason,
-                        extra={"fields": {"ready": False}})
+        """Log the readiness reason now and on every change, until ready."""
+        said = ""
+        while True:
+            ok, reason = state["readiness"].check()
+            if ok:
+                log.info("%s", reason, extra={"fields": {"ready": True}})
+                return
+            if reason != said:
+                log.warning("Not ready: %s. The router keeps serving; /readyz answers 503 and "
+                            "events needing the API get 503 (retried by the sender) until "
+                            "then. Check EVENTOP_KUBE_URL, KUBECONFIG or the in-cluster "
+                            "service account if the API is unreachable.", reason,
+                            extra={"fields": {"ready": False}})
+                said = reason
+            time.sleep(5)
 
     threading.Thread(target=check, name="eventop-kube-check", daemon=True).start()
 

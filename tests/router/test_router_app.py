@@ -27,18 +27,22 @@ from tests.router.router_helpers import (
 
 
 class FakeKube:
-    """Stands in for ``kube.Kube`` where only ``ping`` matters."""
+    """Stands in for ``kube.Kube`` where only ``ping`` and discovery matter."""
 
     host = "http://fake-api"
 
-    def __init__(self, reachable: bool = True) -> None:
+    def __init__(self, reachable: bool = True, crds_installed: bool = True) -> None:
         self.reachable = reachable
+        self.crds_installed = crds_installed
         self.pings = 0
 
     def ping(self) -> None:
         self.pings += 1
         if not self.reachable:
             raise Unavailable("version /version: Kubernetes API unreachable at http://fake-api")
+
+    def missing_kinds(self, kinds: set[tuple[str, str]]) -> list[str]:
+        return [] if self.crds_installed else sorted(f"{k}.{v}" for v, k in kinds)
 
 
 class Recorder:
@@ -554,6 +558,21 @@ def test_readyz_is_503_with_the_reason_when_the_api_is_down(recorder: Recorder) 
     assert resp.get_json() == {
         "ready": False, "reason": "version /version: Kubernetes API unreachable at "
                                   "http://fake-api"}
+
+
+def test_readyz_is_503_until_the_crds_of_the_handled_kinds_are_installed(
+        recorder: Recorder) -> None:
+    kube = FakeKube(crds_installed=False)
+    app = create_app(registry=recorder.registry, kube=kube)
+    app.extensions["eventop"]["readiness"].ttl = 0.0
+    client = app.test_client()
+    resp = client.get("/readyz")
+    assert resp.status_code == 503
+    assert resp.get_json()["reason"] == (
+        "waiting for the CustomResourceDefinitions of CopyRule.eventop.dev/v1: install them "
+        "with `kubectl apply -k crds/`")
+    kube.crds_installed = True
+    assert client.get("/readyz").status_code == 200
 
 
 def test_readyz_reuses_a_recent_ping(recorder: Recorder) -> None:

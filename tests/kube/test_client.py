@@ -1,0 +1,34 @@
+"""kube.Kube against the local API server over HTTP: discovery-based CRD wait, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube import Kube, NotFound, Unavailable
+from localkube import LocalKube
+
+EVENTOP_KINDS = {("eventop.dev/v1", "CopyRule"), ("eventop.dev/v1", "ExchangeRate"),
+                 ("eventop.dev/v1", "RegistryMirror")}
+
+
+def test_missing_kinds_is_empty_once_the_crds_are_served(kube: Kube) -> None:
+    assert kube.missing_kinds(EVENTOP_KINDS | {("v1", "ConfigMap")}) == []
+
+
+def test_missing_kinds_names_every_kind_whose_crd_is_not_installed(tmp_path) -> None:
+    with LocalKube(crd_dir=str(tmp_path)) as server:
+        kube = Kube.connect(url=server.url)
+        assert kube.missing_kinds(EVENTOP_KINDS | {("apps/v1", "StatefulSet")}) == [
+            "CopyRule.eventop.dev/v1", "ExchangeRate.eventop.dev/v1",
+            "RegistryMirror.eventop.dev/v1"]
+
+
+def test_get_of_a_missing_object_raises_not_found_with_the_server_message(kube: Kube) -> None:
+    with pytest.raises(NotFound, match='configmaps "nope" not found'):
+        kube.get("v1", "ConfigMap", "nope", "default")
+
+
+def test_unreachable_api_server_is_unavailable_and_names_the_host() -> None:
+    kube = Kube.connect(url="http://127.0.0.1:9")
+    with pytest.raises(Unavailable, match=r"unreachable at http://127\.0\.0\.1:9"):
+        kube.ping()

@@ -79,6 +79,7 @@ class Model:
 
 names = st.sampled_from(("a", "b", "x", "y"))
 teams = st.sampled_from(TEAMS)
+copied = st.sampled_from(("a", "x"))  # the names the seed world has copies of
 values = st.sampled_from(("1", "2"))
 operation = st.one_of(
     st.tuples(st.just("ns_put"), teams, st.sampled_from((None, "apps"))),
@@ -91,8 +92,9 @@ operation = st.one_of(
     st.tuples(st.just("rule_put"), st.sampled_from(sorted(RULES))),
     st.tuples(st.just("rule_del"), st.sampled_from(sorted(RULES))),
     st.tuples(st.just("hand_make"), teams, st.sampled_from(("a", "x"))),
-    st.tuples(st.just("copy_edit"), teams, names),
-    st.tuples(st.just("copy_del"), teams, names),
+    st.tuples(st.just("copy_edit"), teams, copied),
+    st.tuples(st.just("copy_del"), teams, copied),
+    st.tuples(st.just("copy_takeover"), teams, copied),
 )
 
 
@@ -146,6 +148,15 @@ def apply_op(h: Harness, model: Model, op: tuple[Any, ...]) -> None:
         obj = config_map(ns, name, {"v": "hand"}, {"app.kubernetes.io/managed-by": "eventop"})
         h.world_put(obj)
         model.world[(ns, name)] = obj
+    elif kind == "copy_takeover":  # the user strips label and ownerReference: now theirs
+        _, ns, name = op
+        current = h.local_kube.get("v1", "ConfigMap", name, ns)
+        if current is None or not desired.is_copy(current):
+            return
+        current["metadata"].pop("ownerReferences", None)
+        current["metadata"]["labels"].pop(desired.RULE_LABEL, None)
+        current["data"] = {"v": "taken"}
+        model.world[(ns, name)] = h.world_put(current)
     elif kind in ("copy_edit", "copy_del"):
         _, ns, name = op
         current = h.local_kube.get("v1", "ConfigMap", name, ns)
@@ -186,8 +197,10 @@ def test_cluster_converges_to_what_the_rules_ask_for(ops: list[tuple[Any, bool]]
         h = Harness(server, Kube.connect(url=server.url), deliver_twice=deliver_twice)
         model = Model()
         h.world_put(namespace("shared"))
-        for op in SEED if seeded else ():
-            apply_op(h, model, op)
+        if seeded:
+            for op in SEED:
+                apply_op(h, model, op)
+            h.settle()
         for op, settle_now in ops:
             apply_op(h, model, op)
             if settle_now:

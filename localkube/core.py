@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from localkube.deferred import Deferred
 from localkube.selectors import parse_label_selector
@@ -122,13 +122,14 @@ class LocalKube:
 
     def get(self, api_version: str, kind: str, name: str,
             namespace: str | None = None) -> Obj | None:
+        """A copy of the stored object, or None (an unknown kind raises ApiError 404)."""
         res = self.store.resource(api_version, kind)
         return self.store.get_or_none(res, namespace if res.namespaced else None, name)
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str | None = None) -> list[Obj]:
-        import copy
-
+        """Copies of the matching objects (every namespace when ``namespace`` is None), in
+        the order the API lists them (namespace, then name)."""
         res = self.store.resource(api_version, kind)
         items, _, _, _ = self.store.list(res, namespace, parse_label_selector(label_selector))
         return copy.deepcopy(items)
@@ -187,5 +188,3 @@ class LocalKube:
     def __repr__(self) -> str:
         return f"LocalKube({self.url or 'not started'}, rv={self.store.rv})"
 
-    def __getstate__(self) -> Any:
-        raise TypeError("LocalKube lives in one process; share its .url instead")

@@ -45,6 +45,18 @@ def _files(paths: PathLike | Iterable[PathLike], suffixes: tuple[str, ...]) -> l
     return out
 
 
+def parse_watch_line(line: str | bytes) -> tuple[str, Obj]:
+    """One watch line as (watch type, object); ValueError if it is not one (e.g. cut short)."""
+    try:
+        ev = json.loads(line)
+        wtype, obj = ev["type"], ev["object"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a watch event: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError("not a watch event: its object is not a JSON object")
+    return str(wtype), obj
+
+
 def read_watch_file(path: PathLike) -> Iterator[tuple[str, Obj]]:
     """Every decodable line of a watch stream as (watch type, object): ERROR and BOOKMARK too."""
     with open(path, encoding="utf-8") as fh:
@@ -52,14 +64,9 @@ def read_watch_file(path: PathLike) -> Iterator[tuple[str, Obj]]:
             if not line.strip():
                 continue
             try:
-                ev = json.loads(line)
-                kind, obj = ev["type"], ev["object"]
-                if not isinstance(obj, dict):
-                    raise TypeError("object is not a JSON object")
-            except (ValueError, KeyError, TypeError) as exc:
+                yield parse_watch_line(line)
+            except ValueError as exc:
                 log.warning("skipping undecodable line %s:%d (%s)", path, lineno, exc)
-                continue
-            yield str(kind), obj
 
 
 def _rv_key(obj: Obj) -> int:

@@ -34,7 +34,6 @@ watch resumes from its resourceVersion. No event is ever dropped.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -50,6 +49,7 @@ from kube import Kube, KubeError, Unavailable
 from kube.resources import Resource
 from watcher.cloudevent import WATCH_TYPE_TO_CHANGE, to_cloudevent
 from watcher.delivery import Backoff, Deliverer, Outgoing
+from watcher.recording import parse_watch_line
 
 log = logging.getLogger("eventop.watcher")
 
@@ -391,11 +391,8 @@ class ResourceWatcher:
     def _handle_line(self, line: bytes, lines: Any) -> bool:
         """Process one watch line; False means: close this stream and resume from ``self.rv``."""
         try:
-            ev = json.loads(line)
-            wtype, obj = ev["type"], ev["object"]
-            if not isinstance(obj, dict):
-                raise TypeError("object is not a JSON object")
-        except (ValueError, KeyError, TypeError) as exc:
+            wtype, obj = parse_watch_line(line)
+        except ValueError as exc:
             log.warning("%s: undecodable watch line (%d bytes: %s), the stream was cut; "
                         "resuming from resourceVersion %s", self.name, len(line), exc, self.rv,
                         extra={"fields": {"resource": self.name, "rv": self.rv}})

@@ -447,7 +447,7 @@ class ResourceWatcher:
         meta = obj.get("metadata") or {}
         # One lane per name (not per uid): a delete and a re-create stay in order too.
         key = f"{obj['kind']}/{meta.get('namespace') or ''}/{meta.get('name')}"
-        EVENTS_EMITTED.labels(obj["kind"], change).inc()
+        EVENTS_EMITTED.labels(obj["kind"], event.get_type()).inc()
         return Outgoing.of(event, key)
 
     def _emit(self, change: str, obj: Obj) -> None:

@@ -264,7 +264,8 @@ def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_k
     assert proc.returncode == 0, err
     assert sink.ids() == [event_id("add", obj), event_id("update", later)]
     assert '"level": "info"' in err and "watching v1/configmaps@demo" in err
-    assert 'eventop_watcher_events_emitted_total{kind="ConfigMap",type="update"} 1.0' in metrics
+    assert ('eventop_watcher_events_emitted_total{kind="ConfigMap",'
+            'type="dev.knative.apiserver.resource.update"} 1.0') in metrics
     assert "eventop_watcher_watch_starts_total" in metrics
     assert "eventop_watcher_queue_depth" in metrics
 

@@ -167,6 +167,8 @@ def apply(old: Obj, applied: Obj, managers: Managers, *, manager: str, api_versi
     others = {k: m for k, m in managers.items() if k != key}
 
     for path in sorted(previous - new_fields, key=len, reverse=True):
+        if _owns_at_or_below(new_fields, path):
+            continue  # was an empty map, now applied with keys: keep it (and them)
         if not any(_owns_at_or_below(m.fields, path) for m in others.values()):
             delete_path(merged, path)
             _drop_empty_parents(merged, path[:-1], others, new_fields)

@@ -81,6 +81,10 @@ class Kube:
             raise errors.Unavailable(
                 "no Kubernetes API configured: set KUBECONFIG, run in a cluster, "
                 "or point EVENTOP_KUBE_URL at a local API server")
+        # One pooled connection per concurrent request: the watcher holds a watch open per
+        # resource (8 by default) and router workers run several threads.
+        configuration.connection_pool_maxsize = max(
+            int(configuration.connection_pool_maxsize or 0), 32)
         return cls(k8s_client.ApiClient(configuration))
 
     @property

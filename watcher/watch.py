@@ -167,7 +167,7 @@ def resolve(kube: Kube, spec: ResourceSpec) -> Resource:
             kube.resources.add(res)
             return res
     raise KubeError(f"the API server does not serve {spec.plural} in {spec.api_version} "
-                    "(is the CRD installed? kubectl apply -f crds/)", status=404,
+                    "(is the CRD installed? kubectl apply -k crds/)", status=404,
                     reason="NotFound")
 
 
@@ -468,7 +468,7 @@ def _describe(exc: BaseException, kube: Kube) -> str:
                     "ServiceAccount, see deploy/)")
         if exc.status == 404:
             return (f"not found: {exc.message} (is the resource served? for eventop.dev "
-                    "kinds install the CRDs: kubectl apply -f crds/)")
+                    "kinds install the CRDs: kubectl apply -k crds/)")
         if isinstance(exc, Unavailable) and not exc.reason:
             return f"{exc} (is the API server up and reachable?)"
         if exc.status >= 500 or exc.status == 429:

@@ -130,3 +130,35 @@ def test_secret_copies_keep_their_type_and_tokens_are_not_copied(
                       what="Secret copy")
     assert copy["type"] == "kubernetes.io/dockerconfigjson"
     assert copy["data"] == dockercfg["data"]
+
+
+def test_copies_orphaned_with_the_rule_are_adopted_by_the_rule_applied_again(
+        cluster_pipeline: Any, run: dict[str, Any]) -> None:
+    p, ns = cluster_pipeline, run["ns"]
+    p.world_put(ns_obj(ns["src"]))
+    p.world_put(ns_obj(ns["t1"], run["label"]))
+    p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "app-config", "namespace": ns["src"],
+                              "labels": {"copyrator": "true"}},
+                 "data": {"mirror": "m:5000"}})
+    body = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": run["rule"]},
+            "spec": {"ruleType": "configmap", "namespaces": [ns["src"]],
+                     "selector": {"matchLabels": {"copyrator": "true"}},
+                     "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}}
+    assert p.post("add", p.world_put(body)) == 200
+    p.wait_for(lambda: get_cm(p, ns["t1"]), what="copy")
+    p.world.delete("eventop.dev/v1", "CopyRule", run["rule"], propagation="Orphan")
+
+    def orphaned() -> bool:
+        copy = get_cm(p, ns["t1"])  # the garbage collector strips the ownerReference
+        return copy is not None and not copy["metadata"].get("ownerReferences")
+    p.wait_for(orphaned, timeout=120, what="orphaned copy")
+    p.wait_for(lambda: p.kube.get_or_none("eventop.dev/v1", "CopyRule", run["rule"]) is None,
+               what="rule gone")
+    rule = p.world_put(body)
+    assert p.post("add", rule) == 200
+    adopted = p.wait_for(lambda: (get_cm(p, ns["t1"]) or {"metadata": {}})["metadata"]
+                         .get("ownerReferences"), what="adopted copy")
+    assert [r["uid"] for r in adopted] == [rule["metadata"]["uid"]]
+    status = p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
+    assert (status["copies"], status["conflicts"]) == (1, 0)

@@ -45,8 +45,10 @@ def run(cluster_pipeline: Any) -> Iterator[dict[str, Any]]:
 
 
 def ns_obj(name: str, labels: Obj | None = None) -> Obj:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": dict(labels or {})}}
+    meta: Obj = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def get_cm(p: Any, ns: str, name: str = "app-config") -> Obj | None:

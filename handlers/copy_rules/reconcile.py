@@ -25,8 +25,8 @@ from typing import Any
 
 from handlers.copy_rules.desired import (
     API_VERSION,
-    HASH_ANNOTATION,
     KIND,
+    SOURCE_ANNOTATION,
     Plan,
     Slot,
     SpecError,
@@ -316,7 +316,7 @@ def _create(kube: Any, rule: Obj, want: Obj) -> None:
     except errors.NotFound:
         return  # the namespace went away meanwhile: nothing to copy into
     log.info("created %s %s/%s from %s", want["kind"], meta["namespace"], meta["name"],
-             meta["annotations"].get("eventop.dev/source"))
+             meta["annotations"].get(SOURCE_ANNOTATION))
 
 
 def _update(kube: Any, want: Obj) -> None:
@@ -335,8 +335,9 @@ def _update(kube: Any, want: Obj) -> None:
                                             **want["metadata"]["annotations"]}
         fixed["metadata"].pop("managedFields", None)
         kube.replace(fixed)
-    log.info("updated %s %s/%s to %s", want["kind"], meta["namespace"], meta["name"],
-             meta["annotations"].get(HASH_ANNOTATION, "")[:12])
+    # Names only: never contents, nor their hash (a Secret's could be brute-forced offline).
+    log.info("updated %s %s/%s from %s", want["kind"], meta["namespace"], meta["name"],
+             meta["annotations"].get(SOURCE_ANNOTATION))
 
 
 def _delete(kube: Any, obj: Obj) -> bool:

@@ -191,6 +191,9 @@ def test_secrets_keep_their_type_tokens_are_never_copied_and_contents_never_logg
     assert {c["type"] for c in copies.values()} == {"kubernetes.io/dockerconfigjson"}
     assert {c["data"][".dockerconfigjson"] for c in copies.values()} == {token}
     assert token not in caplog.text and "s3cret" not in caplog.text
+    content_hash = copies["team-a/regcred"]["metadata"]["annotations"]["eventop.dev/content-hash"]
+    assert content_hash[:8] not in caplog.text
+    assert "created Secret team-a/regcred from default/regcred" in caplog.text
 
 
 def test_secret_contents_come_from_the_api_server_not_the_event(h: Harness) -> None:

@@ -155,3 +155,17 @@ def test_workload_selectors_must_match_their_template(k: Kube, kind: str) -> Non
 def test_nulls_of_non_nullable_fields_are_pruned_before_defaulting(k: Kube) -> None:
     obj = k.create(_mirror({"upstream": "https://quay.io", "hostPort": None}))
     assert obj["spec"]["hostPort"] == 5000
+
+
+def test_date_time_fields_must_be_rfc3339(k: Kube) -> None:
+    rate = k.create({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                     "metadata": {"name": "usd", "namespace": "default"},
+                     "spec": {"currency": "USD"}})
+    ok = k.patch_status(rate, {"lastSuccessfulFetch": "2026-11-21T07:42:44Z"})
+    assert ok["status"]["lastSuccessfulFetch"] == "2026-11-21T07:42:44Z"
+    with pytest.raises(errors.Invalid) as caught:
+        k.patch_status(rate, {"lastSuccessfulFetch": "yesterday"})
+    assert caught.value.causes == [{
+        "reason": "FieldValueInvalid", "field": "status.lastSuccessfulFetch",
+        "message": 'Invalid value: "yesterday": status.lastSuccessfulFetch in body must be of '
+                   'type date-time: "yesterday"'}]

@@ -41,6 +41,16 @@ def _world_copy(obj: Obj) -> Obj:
     return obj
 
 
+def objects_by_owner(kube: Kube) -> dict[str, list[Obj]]:
+    """Every object of the kinds eventop creates, indexed by the uid of each owner."""
+    by_owner: dict[str, list[Obj]] = {}
+    for api_version, kind in OWNED_KINDS:
+        for obj in kube.list(api_version, kind):
+            for ref in obj["metadata"].get("ownerReferences") or []:
+                by_owner.setdefault(ref.get("uid", ""), []).append(obj)
+    return by_owner
+
+
 class Expectations:
     """What must be true once the handlers converged, checked against the API server."""
 
@@ -54,11 +64,7 @@ class Expectations:
 
     def missing(self, kube: Kube) -> list[str]:
         problems: list[str] = []
-        owned = [o for av, kind in OWNED_KINDS for o in kube.list(av, kind)]
-        by_owner: dict[str, list[Obj]] = {}
-        for obj in owned:
-            for ref in obj["metadata"].get("ownerReferences") or []:
-                by_owner.setdefault(ref.get("uid", ""), []).append(obj)
+        by_owner = objects_by_owner(kube)
         for kind in CR_KINDS:
             for cr in kube.list(GROUP, kind):
                 problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []))
@@ -202,11 +208,7 @@ class ClusterWorld(World):
 
 def report(kube: Kube, namespaces: list[str] | None) -> None:
     """Print every custom resource with its status and the objects it owns."""
-    owned = [o for av, kind in OWNED_KINDS for o in kube.list(av, kind)]
-    by_owner: dict[str, list[Obj]] = {}
-    for obj in owned:
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            by_owner.setdefault(ref.get("uid", ""), []).append(obj)
+    by_owner = objects_by_owner(kube)
     for kind in CR_KINDS:
         items = kube.list(GROUP, kind)
         items = [i for i in items if namespaces is None

@@ -23,9 +23,11 @@ from typing import Any
 from handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
+    RULE_LABEL,
     SpecError,
     may_target,
     rule_kind,
+    rule_label_value,
     source_namespaces,
 )
 from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile, refresh_status
@@ -91,7 +93,10 @@ def on_config_object(event: Event, kube: Any) -> str:
             return Scope(name=ref.name)
         return Scope(name=ref.name, namespace=ref.namespace)
 
-    return _each_rule(kube, rules, scope_for, Reads(kube))
+    # Only a hint (an event body may be stale or forged): at most it causes a recount.
+    labels = ((event.object or {}).get("metadata") or {}).get("labels") or {}
+    return _each_rule(kube, rules, scope_for, Reads(kube),
+                      lambda rule: labels.get(RULE_LABEL) == rule_label_value(rule))
 
 
 def _valid(rule: Any) -> bool:
@@ -110,7 +115,8 @@ def _rule_kind_or_none(rule: Any) -> str | None:
         return None
 
 
-def _each_rule(kube: Any, rules: list[Any], scope_for: Any, reads: Reads) -> str:
+def _each_rule(kube: Any, rules: list[Any], scope_for: Any, reads: Reads,
+               was_copy: Any = None) -> str:
     """Reconcile each rule in its scope. A rule with an invalid spec is skipped (its status
     says why; its own events report it), the others still converge; API unavailability
     propagates so the event is redelivered."""
@@ -121,7 +127,8 @@ def _each_rule(kube: Any, rules: list[Any], scope_for: Any, reads: Reads) -> str
         if rule["metadata"].get("deletionTimestamp"):
             continue
         try:
-            done.append(reconcile(kube, rule, scope_for(rule), reads).summary())
+            done.append(reconcile(kube, rule, scope_for(rule), reads,
+                                  was_copy=bool(was_copy and was_copy(rule))).summary())
         except SpecError as exc:
             done.append(f"{rule['metadata']['name']}: invalid spec: {exc}")
     return "; ".join(done)

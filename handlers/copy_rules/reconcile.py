@@ -211,15 +211,28 @@ def _existing(rule: Obj, scope: Scope, desired: dict[Slot, Obj],
     return existing, [o for o in prunable if scope.covers(_slot(o))]
 
 
-def _target_namespaces(scope: Scope, reads: Reads) -> list[Obj]:
+def _target_namespaces(rule: Obj, scope: Scope, reads: Reads) -> list[Obj]:
+    """Candidate target namespaces: the one in scope, the few a rule names (no selector), or
+    all of them (one list, shared by every rule handled for the event)."""
     if scope.namespace is not None:
-        ns = reads.namespace(scope.namespace)
-        return [ns] if ns is not None else []
-    return reads.namespaces()
+        names = [scope.namespace]
+    else:
+        targets = (rule.get("spec") or {}).get("targetNamespaces") or {}
+        if not targets.get("names") or targets.get("selector") is not None:
+            return reads.namespaces()
+        names = list(dict.fromkeys(targets["names"]))
+    found = [reads.namespace(name) for name in names]
+    return [ns for ns in found if ns is not None]
 
 
-def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None) -> Result:
+def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None, *,
+              was_copy: bool = False) -> Result:
     """Converge the rule's copies within ``scope``; update its status when anything changed.
+
+    ``was_copy``: the event was about an object that carried this rule's copy label. If the
+    scope now holds no copy of the rule (replaced or deleted by someone, in a namespace that
+    no longer wants one), the copy count fell without any write of ours: recount. An echo of
+    our own write still finds its copy, so the 1,000 echoes of a fan-out recount nothing.
 
     Raises :class:`SpecError` for a rule that can not be acted on (after recording it in the
     status) and lets :class:`kube.errors.Unavailable` through so the event is redelivered.
@@ -229,7 +242,7 @@ def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None) ->
     result = Result(name, scope)
     try:
         sources = rule_sources(rule, scope, reads)
-        namespaces = _target_namespaces(scope, reads)
+        namespaces = _target_namespaces(rule, scope, reads)
         desired = {s: o for s, o in desired_copies(rule, sources, namespaces).items()
                    if scope.covers(s)}
     except SpecError as exc:
@@ -238,16 +251,15 @@ def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None) ->
     result.sources = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
     existing, prunable = _existing(rule, scope, desired, reads)
     the_plan = plan(rule, desired, existing, prunable)
-    active = {n["metadata"]["name"] for n in namespaces if not is_terminating(n)}
-    _execute(kube, rule, the_plan, result, active, scope)
+    _execute(kube, rule, the_plan, result, reads)
+    lost = was_copy and not any(owned_by(o, rule) for o in [*existing.values(), *prunable])
     if result.writes:
         reads.forget_objects()
-    _update_status(kube, rule, scope, result, reads)
+    _update_status(kube, rule, scope, result, reads, recount=lost)
     return result
 
 
-def _execute(kube: Any, rule: Obj, the_plan: Plan, result: Result, active: set[str],
-             scope: Scope) -> None:
+def _execute(kube: Any, rule: Obj, the_plan: Plan, result: Result, reads: Reads) -> None:
     """Apply the plan. One slot failing (a 403 from a terminating namespace, a 422) is
     counted and reported; the others still converge. Unavailable propagates (retry)."""
     result.in_sync = len(the_plan.in_sync)
@@ -282,11 +294,10 @@ def _execute(kube: Any, rule: Obj, the_plan: Plan, result: Result, active: set[s
             _slot_error(result, _slot(want), "recreate", exc)
     for obj in the_plan.delete:
         slot = _slot(obj)
-        # Copies in namespaces being deleted go with the namespace; in scope-wide reconciles a
-        # namespace we did not see (deleted meanwhile) is left to the namespace controller.
-        if scope.namespace is None and slot.namespace not in active:
-            continue
-        if scope.namespace is not None and not active:
+        # Copies in namespaces being deleted go with the namespace (the namespace controller
+        # deletes them; our delete would only race it).
+        namespace = reads.namespace(slot.namespace)
+        if namespace is None or is_terminating(namespace):
             continue
         try:
             if _delete(kube, obj):

@@ -104,6 +104,12 @@ class Harness:
                     delivered += 1
         raise AssertionError(f"no fixpoint after {max_rounds} rounds: {self.changes()}")
 
+    def resync(self) -> None:
+        """The watcher's periodic resync: an update event for every object it watches."""
+        for obj in self.snapshot().values():
+            self.dispatch("update", obj)
+        self.settle()
+
     def redeliver_history(self) -> None:
         """Every event delivered so far, again, in order (at-least-once delivery, replays)."""
         for event in list(self.history):

@@ -318,3 +318,16 @@ def test_kube_system_chatter_costs_one_read(h: Harness, local_kube: Any) -> None
     start = len(local_kube.requests)
     h.dispatch("update", lease)
     assert [r[1] for r in _served(local_kube, start)] == ["/apis/eventop.dev/v1/copyrules"]
+
+
+def test_copy_deleted_by_hand_where_no_longer_wanted_is_recounted(h: Harness) -> None:
+    h.world_put(copy_rule("main-rule", targets={"selector": {"matchLabels": {"tier": "apps"}}}))
+    h.world_put(namespace("team-a", {"tier": "apps"}))
+    h.settle()
+    assert h.rule("main-rule")["status"]["copies"] == 1
+    # relabel and delete at once: the namespace event finds nothing of ours left to delete
+    h.world_put(namespace("team-a", {"tier": "batch"}))
+    h.world_remove("v1", "ConfigMap", "registry-config", "team-a")
+    h.settle()
+    assert data_of(h) == {}
+    assert h.rule("main-rule")["status"]["copies"] == 0

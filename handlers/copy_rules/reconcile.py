@@ -3,8 +3,9 @@
 A scope limits which slots (target namespace x source name) one event makes us look at, so
 that the cost of an event follows what it can have changed:
 
-* the rule itself changed (or a periodic resync): every slot; one namespace list, one
-  label-selector list of the rule's copies, one list per source namespace;
+* the rule itself changed (or a periodic resync): every slot; one namespace list (a get per
+  namespace instead when the rule only names its targets), one label-selector list of the
+  rule's copies, one list per source namespace;
 * a source ``ns/name`` changed: slots named ``name`` in every namespace; one namespace list
   and one cluster-wide ``fieldSelector=metadata.name=<name>`` list, which returns the copies
   *and* any same-named object we do not own (conflicts) in one request;
@@ -89,7 +90,9 @@ class Reads:
     def namespace(self, name: str) -> Obj | None:
         listed = self._memo.get(("namespaces",))
         if listed is not None:
-            return next((n for n in listed if n["metadata"]["name"] == name), None)
+            index = self._cached(("namespace-index",),
+                                 lambda: {n["metadata"]["name"]: n for n in listed})
+            return index.get(name)  # type: ignore[no-any-return]
         return self._cached(("namespace", name),  # type: ignore[no-any-return]
                             lambda: self.kube.get_or_none("v1", "Namespace", name))
 
@@ -267,8 +270,8 @@ def _execute(kube: Any, rule: Obj, the_plan: Plan, result: Result, reads: Reads)
     for want in the_plan.create:
         slot = _slot(want)
         try:
-            _create(kube, rule, want)
-            result.created += 1
+            if _create(kube, rule, want):
+                result.created += 1
         except _SlotTaken:
             result.conflicts.append(slot)
         except errors.Unavailable:
@@ -286,8 +289,8 @@ def _execute(kube: Any, rule: Obj, the_plan: Plan, result: Result, reads: Reads)
     for have, want in the_plan.recreate:
         try:
             _delete(kube, have)
-            _create(kube, rule, want)
-            result.updated += 1
+            if _create(kube, rule, want):
+                result.updated += 1
         except errors.Unavailable:
             raise
         except (errors.KubeError, _SlotTaken) as exc:
@@ -313,9 +316,10 @@ class _SlotTaken(Exception):
     """Someone else's object appeared at the slot between our read and our write."""
 
 
-def _create(kube: Any, rule: Obj, want: Obj) -> None:
+def _create(kube: Any, rule: Obj, want: Obj) -> bool:
     """Server-side apply *without* force: if another field manager created an object at this
-    name since we looked, the API server answers 409 instead of letting us overwrite it."""
+    name since we looked, the API server answers 409 instead of letting us overwrite it.
+    False if the namespace is gone."""
     meta = want["metadata"]
     try:
         kube.apply(want, force=False)
@@ -325,9 +329,10 @@ def _create(kube: Any, rule: Obj, want: Obj) -> None:
             raise _SlotTaken(f"{meta['namespace']}/{meta['name']}") from None
         _update(kube, want)
     except errors.NotFound:
-        return  # the namespace went away meanwhile: nothing to copy into
+        return False  # the namespace went away meanwhile: nothing to copy into
     log.info("created %s %s/%s from %s", want["kind"], meta["namespace"], meta["name"],
              meta["annotations"].get(SOURCE_ANNOTATION))
+    return True
 
 
 def _update(kube: Any, want: Obj) -> None:
@@ -345,7 +350,14 @@ def _update(kube: Any, want: Obj) -> None:
         fixed["metadata"]["annotations"] = {**(written["metadata"].get("annotations") or {}),
                                             **want["metadata"]["annotations"]}
         fixed["metadata"].pop("managedFields", None)
-        kube.replace(fixed)
+        try:
+            kube.replace(fixed)
+        except errors.Conflict:
+            # Changed again since our apply: that change is an event of its own, whose
+            # reconcile finishes the job. Not an error worth reporting.
+            log.info("%s %s/%s changed while being restored; its next event restores it",
+                     want["kind"], meta["namespace"], meta["name"])
+            return
     # Names only: never contents, nor their hash (a Secret's could be brute-forced offline).
     log.info("updated %s %s/%s from %s", want["kind"], meta["namespace"], meta["name"],
              meta["annotations"].get(SOURCE_ANNOTATION))

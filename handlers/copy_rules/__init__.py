@@ -6,8 +6,8 @@ event can have changed (see :mod:`handlers.copy_rules.reconcile`):
 * CopyRule added/changed (and every periodic resync): the whole rule, pruning copies that
   no longer match. Deleted: nothing to do; the copies carry ownerReferences to the rule, so
   the garbage collector removes them (and ``--cascade=orphan`` keeps them, as the user asked).
-* Namespace added/relabelled: copies created or removed in that namespace only. Terminating
-  or deleted namespaces: nothing (their contents go with them).
+* Namespace added/relabelled: copies created or removed in that namespace only. Terminating:
+  nothing (the contents go with it). Deleted: the rules' status is recounted.
 * ConfigMap/Secret added/changed/deleted in a source namespace: that source's copies
   everywhere. Anywhere else: that one name in that one namespace, which restores a copy
   edited or deleted by hand and notices an object of ours taken over (a conflict).
@@ -18,6 +18,7 @@ API server, so a forged or stale event can at most cause one more reconcile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from handlers.copy_rules.desired import (
@@ -34,6 +35,7 @@ from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile, r
 from handlers.events import Event
 from handlers.registry import on
 
+Obj = dict[str, Any]
 ANY_KUBE_EVENT = "dev.knative.apiserver.*"  # Resource and Reference mode, add/update/delete
 
 
@@ -88,7 +90,7 @@ def on_config_object(event: Event, kube: Any) -> str:
              and (not _valid(r) or ref.namespace in source_namespaces(r)
                   or may_target(r, ref.namespace))]
 
-    def scope_for(rule: Any) -> Scope:
+    def scope_for(rule: Obj) -> Scope:
         if ref.namespace in source_namespaces(rule):
             return Scope(name=ref.name)
         return Scope(name=ref.name, namespace=ref.namespace)
@@ -99,7 +101,7 @@ def on_config_object(event: Event, kube: Any) -> str:
                       lambda rule: labels.get(RULE_LABEL) == rule_label_value(rule))
 
 
-def _valid(rule: Any) -> bool:
+def _valid(rule: Obj) -> bool:
     try:
         rule_kind(rule)
         source_namespaces(rule)
@@ -108,15 +110,15 @@ def _valid(rule: Any) -> bool:
         return False
 
 
-def _rule_kind_or_none(rule: Any) -> str | None:
+def _rule_kind_or_none(rule: Obj) -> str | None:
     try:
         return rule_kind(rule)
     except SpecError:
         return None
 
 
-def _each_rule(kube: Any, rules: list[Any], scope_for: Any, reads: Reads,
-               was_copy: Any = None) -> str:
+def _each_rule(kube: Any, rules: list[Obj], scope_for: Callable[[Obj], Scope], reads: Reads,
+               was_copy: Callable[[Obj], bool] | None = None) -> str:
     """Reconcile each rule in its scope. A rule with an invalid spec is skipped (its status
     says why; its own events report it), the others still converge; API unavailability
     propagates so the event is redelivered."""

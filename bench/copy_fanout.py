@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from handlers.copy_rules import desired  # noqa: E402
 from handlers.events import Event  # noqa: E402
-from handlers.registry import Registry, registry  # noqa: E402
+from handlers.registry import registry  # noqa: E402
 from kube import Kube  # noqa: E402
 from localkube import LocalKube  # noqa: E402
 
@@ -34,14 +34,6 @@ SOURCE = {"apiVersion": "v1", "kind": "ConfigMap",
 RULE = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": "main-rule"},
         "spec": {"ruleType": "configmap", "namespaces": ["default"],
                  "selector": {"matchLabels": {"copyrator": "true"}}}}
-
-
-def copy_rule_registry() -> Registry:
-    ours = Registry()
-    for reg in registry.registrations:
-        if reg.fn.__module__ == "handlers.copy_rules":
-            ours.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
-    return ours
 
 
 def verb(method: str, query: str) -> str:
@@ -81,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--namespaces", type=int, default=1000)
     args = parser.parse_args()
-    ours = copy_rule_registry()
+    ours = registry  # only handlers.copy_rules is imported: only its handlers registered
 
     with LocalKube(crd_dir=str(REPO / "crds")) as server:
         kube = Kube.connect(url=server.url)

@@ -51,6 +51,15 @@ def ns_obj(name: str, labels: Obj | None = None) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
+def rule_body(run: dict[str, Any], rule_type: str) -> Obj:
+    """This run's rule: sources labelled copyrator=true in its src namespace, copied only into
+    namespaces carrying this run's label."""
+    return {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": run["rule"]},
+            "spec": {"ruleType": rule_type, "namespaces": [run["ns"]["src"]],
+                     "selector": {"matchLabels": {"copyrator": "true"}},
+                     "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}}
+
+
 def get_cm(p: Any, ns: str, name: str = "app-config") -> Obj | None:
     found: Obj | None = p.kube.get_or_none("v1", "ConfigMap", name, ns)
     return found
@@ -65,11 +74,7 @@ def test_copies_follow_namespaces_sources_hand_edits_and_the_rule(
                           "metadata": {"name": "app-config", "namespace": ns["src"],
                                        "labels": {"copyrator": "true"}},
                           "data": {"mirror": "m:5000"}})
-    rule = p.world_put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
-                        "metadata": {"name": run["rule"]},
-                        "spec": {"ruleType": "configmap", "namespaces": [ns["src"]],
-                                 "selector": {"matchLabels": {"copyrator": "true"}},
-                                 "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}})
+    rule = p.world_put(rule_body(run, "configmap"))
     assert p.post("add", rule) == 200
     for key in ("t1", "t2"):
         copy = p.wait_for(lambda k=key: get_cm(p, ns[k]), what=f"copy in {key}")
@@ -122,16 +127,22 @@ def test_secret_copies_keep_their_type_and_tokens_are_not_copied(
                              "metadata": {"name": "regcred", "namespace": ns["src"],
                                           "labels": {"copyrator": "true"}},
                              "data": {".dockerconfigjson": "eyJhdXRocyI6e319"}})
-    rule = p.world_put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
-                        "metadata": {"name": run["rule"]},
-                        "spec": {"ruleType": "secret", "namespaces": [ns["src"]],
-                                 "selector": {"matchLabels": {"copyrator": "true"}},
-                                 "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}})
+    p.world_put({"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": "builder", "namespace": ns["src"]}})
+    p.world_put({"apiVersion": "v1", "kind": "Secret",
+                 "type": "kubernetes.io/service-account-token",
+                 "metadata": {"name": "builder-token", "namespace": ns["src"],
+                              "labels": {"copyrator": "true"},
+                              "annotations": {"kubernetes.io/service-account.name": "builder"}}})
+    rule = p.world_put(rule_body(run, "secret"))
     assert p.post("add", rule) == 200
     copy = p.wait_for(lambda: p.kube.get_or_none("v1", "Secret", "regcred", ns["t1"]),
                       what="Secret copy")
     assert copy["type"] == "kubernetes.io/dockerconfigjson"
     assert copy["data"] == dockercfg["data"]
+    assert p.kube.get_or_none("v1", "Secret", "builder-token", ns["t1"]) is None
+    status = p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
+    assert (status["sources"], status["copies"]) == (1, 1)
 
 
 def test_copies_orphaned_with_the_rule_are_adopted_by_the_rule_applied_again(
@@ -143,10 +154,7 @@ def test_copies_orphaned_with_the_rule_are_adopted_by_the_rule_applied_again(
                  "metadata": {"name": "app-config", "namespace": ns["src"],
                               "labels": {"copyrator": "true"}},
                  "data": {"mirror": "m:5000"}})
-    body = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": run["rule"]},
-            "spec": {"ruleType": "configmap", "namespaces": [ns["src"]],
-                     "selector": {"matchLabels": {"copyrator": "true"}},
-                     "targetNamespaces": {"selector": {"matchLabels": run["label"]}}}}
+    body = rule_body(run, "configmap")
     assert p.post("add", p.world_put(body)) == 200
     p.wait_for(lambda: get_cm(p, ns["t1"]), what="copy")
     p.world.delete("eventop.dev/v1", "CopyRule", run["rule"], propagation="Orphan")

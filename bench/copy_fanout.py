@@ -66,7 +66,7 @@ class Phase:
               f"{dict(sorted(by_verb.items()))}\n"
               f"  writes {len(writes):6d} (copies {len(copy_writes)}, "
               f"{len(copy_writes) / targets:.2f} per target namespace written)   "
-              f"namespace list requests {ns_lists}")
+              f"namespace list pages (500 a page) {ns_lists}")
 
 
 def main() -> None:

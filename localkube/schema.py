@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -83,6 +84,19 @@ def _v(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+# Keywords whose error reads "Invalid value: <shown>: <field> in body <phrase>": how the
+# offending value is shown, and the phrase ({want}: the schema's value, {shown}: as shown).
+_IN_BODY: dict[str, tuple[Callable[[Any], str], str]] = {
+    "type": (lambda got: _v(_go_type(got)), "must be of type {want}: {shown}"),
+    "format": (_v, "must be of type {want}: {shown}"),
+    "pattern": (_v, "should match '{want}'"),
+    "minimum": (_v, "should be greater than or equal to {want}"),
+    "maximum": (_v, "should be less than or equal to {want}"),
+    "minItems": (lambda got: str(len(got)), "should have at least {want} items"),
+    "minLength": (_v, "should be at least {want} chars long"),
+}
+
+
 def _translate(err: jsonschema.ValidationError) -> list[Obj]:
     path = list(err.absolute_path)
     field = _field(path)
@@ -94,32 +108,14 @@ def _translate(err: jsonschema.ValidationError) -> list[Obj]:
         supported = ", ".join(_v(v) for v in want)
         return [cause("FieldValueNotSupported", field,
                       f"Unsupported value: {_v(got)}: supported values: {supported}")]
-    if kw == "type":
-        kind = _go_type(got)
-        return [cause("FieldValueInvalid", field,
-                      f'Invalid value: "{kind}": {field} in body must be of type {want}: '
-                      f'"{kind}"')]
-    if kw == "pattern":
-        return [cause("FieldValueInvalid", field,
-                      f"Invalid value: {_v(got)}: {field} in body should match '{want}'")]
-    if kw == "minimum":
-        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
-                                                  f"should be greater than or equal to {want}")]
-    if kw == "maximum":
-        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
-                                                  f"should be less than or equal to {want}")]
-    if kw == "minItems":
-        return [cause("FieldValueInvalid", field, f"Invalid value: {len(got)}: {field} in body "
-                                                  f"should have at least {want} items")]
+    if kw in _IN_BODY:
+        show, phrase = _IN_BODY[kw]
+        shown = show(got)
+        return [cause("FieldValueInvalid", field, f"Invalid value: {shown}: {field} in body "
+                                                  + phrase.format(want=want, shown=shown))]
     if kw == "maxItems":
         return [cause("FieldValueTooMany", field,
                       f"Too many: {len(got)}: must have at most {want} items")]
-    if kw == "minLength":
-        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
-                                                  f"should be at least {want} chars long")]
-    if kw == "format":
-        return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {field} in body "
-                                                  f"must be of type {want}: {_v(got)}")]
     if kw == "maxLength":
         return [cause("FieldValueTooLong", field, f"Too long: may not be longer than {want}")]
     return [cause("FieldValueInvalid", field, f"Invalid value: {_v(got)}: {err.message}")]

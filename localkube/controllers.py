@@ -10,6 +10,7 @@ namespace controller to a background thread.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from localkube import apply as ssa
@@ -57,15 +58,26 @@ class Controllers(_Base):
         if res.kind == "CustomResourceDefinition" and res.group == "apiextensions.k8s.io":
             self._uninstall_crd(last)
 
-    def _collect(self, owner_uid: str) -> None:
-        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
+    def _dependents_of(self, owner_uid: str, *, forget: bool
+                       ) -> Iterator[tuple[ResourceType, Record]]:
+        """The owner's dependents still stored, in uid order; ``forget`` drops the index entry.
+
+        Lazy on purpose: handling one dependent may delete others (a cascade), and each is
+        looked up only when its turn comes, so a dependent gone meanwhile is skipped.
+        """
+        index = self._dependents
+        uids = index.pop(owner_uid, set()) if forget else index.get(owner_uid, set())
+        for dep_uid in sorted(uids):
             loc = self._by_uid.get(dep_uid)
             if loc is None:
                 continue
             res = self._type_for(loc[0])
             rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2])
-            if res is None or rec is None:
-                continue
+            if res is not None and rec is not None:
+                yield res, rec
+
+    def _collect(self, owner_uid: str) -> None:
+        for res, rec in self._dependents_of(owner_uid, forget=True):
             self._check_owners(res, rec)
 
     def _check_owners(self, res: ResourceType, rec: Record) -> None:
@@ -92,24 +104,14 @@ class Controllers(_Base):
     def _delete_dependents(self, owner_uid: str) -> None:
         """Foreground deletion: dependents with no other live owner go first (simplified:
         the owner does not wait for dependents that are held by finalizers)."""
-        for dep_uid in sorted(self._dependents.get(owner_uid, set())):
-            loc = self._by_uid.get(dep_uid)
-            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2]) if loc else None
-            res = self._type_for(loc[0]) if loc else None
-            if rec is None or res is None:
-                continue
+        for res, rec in self._dependents_of(owner_uid, forget=False):
             others = [r for r in rec.obj["metadata"].get("ownerReferences") or []
                       if r.get("uid") != owner_uid and self._owner_alive(rec.obj, r)]
             if not others:
                 self._delete(res, rec, "Foreground")
 
     def _orphan(self, owner_uid: str) -> None:
-        for dep_uid in sorted(self._dependents.pop(owner_uid, set())):
-            loc = self._by_uid.get(dep_uid)
-            rec = self._data.get(loc[0], {}).get(loc[1], {}).get(loc[2]) if loc else None
-            res = self._type_for(loc[0]) if loc else None
-            if rec is None or res is None:
-                continue
+        for res, rec in self._dependents_of(owner_uid, forget=True):
             refs = [r for r in rec.obj["metadata"].get("ownerReferences") or []
                     if r.get("uid") != owner_uid]
             self._set_owner_refs(res, rec, refs)

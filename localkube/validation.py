@@ -40,7 +40,7 @@ MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanum
                    "characters, '-', '_' or '.', and must start and end with an alphanumeric "
                    "character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
                    f"validation is '{LABEL_VALUE}')")
-MSG_QUALIFIED = ("name part must consist of alphanumeric characters, '-', '_' or '.', and "
+MSG_QUALIFIED = ("must consist of alphanumeric characters, '-', '_' or '.', and "
                  "must start and end with an alphanumeric character (e.g. 'MyName',  or "
                  "'my.name',  or '123-abc', regex used for validation is "
                  f"'{QUALIFIED_NAME}')")
@@ -55,6 +55,25 @@ def _q(value: Any) -> str:
     return json.dumps(value)
 
 
+def _format_errors(value: str, regex: str, msg: str, limit: int) -> list[str]:
+    """apimachinery's IsDNS1123Label/-Subdomain, IsDNS1035Label, IsValidLabelValue: length,
+    then format, each reported on its own."""
+    out = []
+    if len(value) > limit:
+        out.append(f"must be no more than {limit} characters")
+    if not re.fullmatch(regex, value):
+        out.append(msg)
+    return out
+
+
+def _qualified_name_errors(key: str) -> list[str]:
+    """The name part of a label key (after an optional ``prefix/``)."""
+    name = key.rpartition("/")[2]
+    if not name or len(name) > 63 or not re.fullmatch(QUALIFIED_NAME, name):
+        return [f"name part {MSG_QUALIFIED}"]
+    return []
+
+
 def validate_name(res: ResourceType, name: str) -> list[Obj]:
     """metadata.name rules of the kind (label, DNS-1035 label or subdomain)."""
     if res.kind == "Namespace":
@@ -63,33 +82,21 @@ def validate_name(res: ResourceType, name: str) -> list[Obj]:
         regex, msg, limit = DNS1035_LABEL, MSG_1035, 63
     else:
         regex, msg, limit = DNS1123_SUBDOMAIN, MSG_SUBDOMAIN, 253
-    out = []
-    if len(name) > limit:
-        out.append(cause("FieldValueInvalid", "metadata.name",
-                         f"Invalid value: {_q(name)}: must be no more than {limit} characters"))
-    if not re.fullmatch(regex, name):
-        out.append(cause("FieldValueInvalid", "metadata.name",
-                         f"Invalid value: {_q(name)}: {msg}"))
-    return out
+    return [cause("FieldValueInvalid", "metadata.name", f"Invalid value: {_q(name)}: {m}")
+            for m in _format_errors(name, regex, msg, limit)]
 
 
 def validate_labels(meta: Obj) -> list[Obj]:
     out = []
     for key, value in (meta.get("labels") or {}).items():
-        name = str(key).rpartition("/")[2]
-        if not name or len(name) > 63 or not re.fullmatch(QUALIFIED_NAME, name):
-            out.append(cause("FieldValueInvalid", "metadata.labels",
-                             f"Invalid value: {_q(key)}: {MSG_QUALIFIED}"))
+        out += [cause("FieldValueInvalid", "metadata.labels", f"Invalid value: {_q(key)}: {m}")
+                for m in _qualified_name_errors(str(key))]
         if not isinstance(value, str):
             out.append(cause("FieldValueInvalid", f"metadata.labels.{key}",
                              f"Invalid value: {_q(value)}: label values must be strings"))
             continue
-        if len(value) > 63:
-            out.append(cause("FieldValueInvalid", "metadata.labels",
-                             f"Invalid value: {_q(value)}: must be no more than 63 characters"))
-        if not re.fullmatch(LABEL_VALUE, value):
-            out.append(cause("FieldValueInvalid", "metadata.labels",
-                             f"Invalid value: {_q(value)}: {MSG_LABEL_VALUE}"))
+        out += [cause("FieldValueInvalid", "metadata.labels", f"Invalid value: {_q(value)}: {m}")
+                for m in _format_errors(value, LABEL_VALUE, MSG_LABEL_VALUE, 63)]
     return out
 
 

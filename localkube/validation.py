@@ -67,11 +67,27 @@ def _format_errors(value: str, regex: str, msg: str, limit: int) -> list[str]:
 
 
 def _qualified_name_errors(key: str) -> list[str]:
-    """The name part of a label key (after an optional ``prefix/``)."""
-    name = key.rpartition("/")[2]
-    if not name or len(name) > 63 or not re.fullmatch(QUALIFIED_NAME, name):
-        return [f"name part {MSG_QUALIFIED}"]
-    return []
+    """apimachinery's IsQualifiedName: an optional DNS subdomain prefix, ``/``, a name part."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return [f"a qualified name {MSG_QUALIFIED} with an optional DNS subdomain prefix and "
+                "'/' (e.g. 'example.com/MyName')"]
+    out = []
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            out.append("prefix part must be non-empty")
+        else:
+            out += [f"prefix part {m}"
+                    for m in _format_errors(prefix, DNS1123_SUBDOMAIN, MSG_SUBDOMAIN, 253)]
+    name = parts[-1]
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name) > 63:
+        out.append("name part must be no more than 63 characters")
+    if not re.fullmatch(QUALIFIED_NAME, name):
+        out.append(f"name part {MSG_QUALIFIED}")
+    return out
 
 
 def validate_name(res: ResourceType, name: str) -> list[Obj]:

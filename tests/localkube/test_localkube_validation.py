@@ -81,6 +81,30 @@ def test_label_values_are_validated(k: Kube) -> None:
         k.create(cm("x", labels={"a": "v" * 64}))
 
 
+@pytest.mark.parametrize(("key", "messages"), [
+    ("Example.com/app", ["prefix part a lowercase RFC 1123 subdomain must consist of"]),
+    ("/app", ["prefix part must be non-empty"]),
+    ("example.com/", ["name part must be non-empty", "name part must consist of"]),
+    ("a/b/c", ["a qualified name must consist of"]),
+    ("k" * 64, ["name part must be no more than 63 characters"]),
+])
+def test_label_keys_are_qualified_names_with_an_optional_dns_prefix(
+        k: Kube, key: str, messages: list[str]) -> None:
+    """Like apimachinery's IsQualifiedName: one cause per broken rule, naming the key."""
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(cm("x", labels={key: "v"}))
+    got = [c["message"] for c in caught.value.causes]
+    assert len(got) == len(messages)
+    for message, fragment in zip(got, messages, strict=True):
+        assert message.startswith(f'Invalid value: "{key}": {fragment}')
+    assert {c["field"] for c in caught.value.causes} == {"metadata.labels"}
+
+
+def test_label_keys_with_a_dns_prefix_are_accepted(k: Kube) -> None:
+    created = k.create(cm("x", labels={"app.kubernetes.io/name": "v", "eventop.dev/rule": "r"}))
+    assert created["metadata"]["labels"]["eventop.dev/rule"] == "r"
+
+
 def test_immutable_configmaps_refuse_data_changes(k: Kube) -> None:
     frozen = cm("x")
     frozen["immutable"] = True

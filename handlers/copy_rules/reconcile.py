@@ -12,8 +12,9 @@ that the cost of an event follows what it can have changed:
 * a namespace changed: slots in that namespace only; no namespace listing;
 * a copy (or any same-named object) changed: that one slot.
 
-Nothing is remembered between events: every read is fresh, writes are server-side applies
-and deletes with uid preconditions, so two router replicas handling events of the same rule
+Nothing is remembered between events: every read is fresh, writes are creates (which fail
+if the name is taken), server-side applies to copies we own and deletes with uid
+preconditions, so two router replicas handling events of the same rule
 at once converge to the same state.
 """
 
@@ -317,12 +318,19 @@ class _SlotTaken(Exception):
 
 
 def _create(kube: Any, rule: Obj, want: Obj) -> bool:
-    """Server-side apply *without* force: if another field manager created an object at this
-    name since we looked, the API server answers 409 instead of letting us overwrite it.
-    False if the namespace is gone."""
+    """Create the copy with POST, which answers 409 AlreadyExists if anything was created at
+    this name since we looked. Server-side apply can not say "only if absent": without force
+    it conflicts only on fields another manager owns with a different value, so it would
+    merge the copy (and the rule's ownerReference, hence deletion with the rule) into an
+    object sharing no field with it. If the object that got there first is ours (another
+    replica's copy), it is updated instead. False if the namespace is gone.
+
+    Later writes to the copy are applies (:func:`_update`); the fields created here stay
+    owned by the create as well, so a key that later leaves the source is removed by
+    :func:`_update`'s replace fallback."""
     meta = want["metadata"]
     try:
-        kube.apply(want, force=False)
+        kube.create(want)
     except errors.Conflict:
         current = kube.get_or_none("v1", want["kind"], meta["name"], meta["namespace"])
         if current is None or not owned_by(current, rule):

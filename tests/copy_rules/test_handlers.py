@@ -272,11 +272,12 @@ def test_source_event_writes_once_per_target_and_lists_namespaces_once(
     start = len(local_kube.requests)
     h.dispatch("add", source)
     served = _served(local_kube, start)
-    copy_writes = [r for r in served if r[0] == "PATCH" and r[1].endswith("/configmaps/fan-out")]
-    assert len(copy_writes) == 22  # team-a, team-b and fan-00..19: one apply each
+    copy_writes = [r for r in served if r[0] == "POST" and r[1].endswith("/configmaps")]
+    assert len(copy_writes) == 22  # team-a, team-b and fan-00..19: one create each
     assert len({r[1] for r in copy_writes}) == 22
     assert sum(1 for r in served if r[1] == "/api/v1/namespaces") == 1
-    assert not [r for r in served if r[0] in ("PUT", "DELETE", "POST")]
+    assert not [r for r in served if r[0] in ("PUT", "DELETE")]
+    assert not [r for r in served if r[0] == "PATCH" and "/configmaps/" in r[1]]
 
 
 def test_namespace_event_reads_only_that_namespace(h: Harness, local_kube: Any) -> None:
@@ -331,3 +332,42 @@ def test_copy_deleted_by_hand_where_no_longer_wanted_is_recounted(h: Harness) ->
     h.settle()
     assert data_of(h) == {}
     assert h.rule("main-rule")["status"]["copies"] == 0
+
+
+def test_object_created_at_a_copys_name_after_the_read_is_never_merged_into(
+        h: Harness, local_kube: Any, kube: Any) -> None:
+    """Server-side apply without force conflicts only on fields another manager owns with a
+    different value: an object with no field in common with the copy would be merged into,
+    gaining the rule's ownerReference (and so be deleted with the rule). A copy is therefore
+    created with POST, which fails when anything already sits at the name."""
+    from handlers.copy_rules.reconcile import Reads, Scope, reconcile
+
+    h.world_put(namespace("team-c"))
+    rule = h.rule("main-rule")
+    reads = Reads(kube)
+    reads.namespaces()  # the reconcile's reads happen before someone else's write
+    reads.listed("ConfigMap", None, field_selector="metadata.name=registry-config")
+    reads.listed("ConfigMap", None, label_selector=desired.copies_selector(rule))
+    theirs = h.world_put(config_map("team-c", "registry-config", {"unrelated": "value"}))
+
+    result = reconcile(kube, rule, Scope(), reads)
+
+    after = local_kube.get("v1", "ConfigMap", "registry-config", "team-c")
+    assert after["data"] == {"unrelated": "value"}
+    assert not after["metadata"].get("ownerReferences")
+    assert after["metadata"]["uid"] == theirs["metadata"]["uid"]
+    assert result.created == 0
+    assert [str(s) for s in result.conflicts] == ["team-c/registry-config"]
+    assert h.rule("main-rule")["status"]["conflictList"] == ["team-c/registry-config"]
+
+
+def test_key_removed_from_the_source_is_removed_from_every_copy(h: Harness) -> None:
+    """The create owns the copy's first keys (operation Update), which a later apply alone can
+    not remove: the replace fallback must."""
+    h.world_put(config_map("default", "two-keys", {"keep": "1", "drop": "2"}, COPYRATOR))
+    h.settle()
+    assert data_of(h)["team-a/two-keys"] == {"keep": "1", "drop": "2"}
+    h.world_put(config_map("default", "two-keys", {"keep": "1"}, COPYRATOR))
+    h.settle()
+    assert data_of(h)["team-a/two-keys"] == {"keep": "1"}
+    assert data_of(h)["team-b/two-keys"] == {"keep": "1"}

@@ -247,8 +247,7 @@ class RouterScenarios:
         plural = f"{kind.lower()}s"
 
         def someone_else_first(call: Any) -> None:
-            if call.method == "PATCH" and call.path.endswith(
-                    f"/namespaces/rbac-race/{plural}/rbac-source"):
+            if call.method == "POST" and call.path.endswith(f"/namespaces/rbac-race/{plural}"):
                 recorder.interceptors.remove(someone_else_first)
                 self.local_kube.put({"apiVersion": "v1", "kind": kind, "metadata": {
                     "name": "rbac-source", "namespace": "rbac-race"},

@@ -2,8 +2,8 @@
 
 Only what eventop's handlers can run into is modelled (names, labels, workload selectors,
 StatefulSet and PVC immutability, Secret data, immutable ConfigMaps/Secrets, Service
-cluster IPs, Namespace and PVC status). Messages are the real ones, so a test written
-against localkube reads the same text as on a cluster.
+cluster IPs, Event namespaces, Namespace and PVC status). Messages are the real ones, so a
+test written against localkube reads the same text as on a cluster.
 """
 
 from __future__ import annotations
@@ -251,6 +251,30 @@ def _pvc_update(old: Obj, new: Obj) -> list[Obj]:
     return []
 
 
+# -- Event ----------------------------------------------------------------------------------
+
+def _event(event: Obj) -> list[Obj]:
+    """core/v1 Event: its namespace must be the involved object's (kube-apiserver's
+    legacyValidateEvent, on create and update).
+
+    Without ``eventTime`` (how eventop and client-go's legacy recorder write them) an Event
+    about a cluster-scoped object (empty ``involvedObject.namespace``) must live in "default";
+    with ``eventTime`` "kube-system" is also accepted (its other rules are not modelled).
+    """
+    ns = str((event.get("metadata") or {}).get("namespace") or "")
+    involved = str((event.get("involvedObject") or {}).get("namespace") or "")
+    if involved:
+        ok = ns == involved
+    elif event.get("eventTime"):
+        ok = ns in ("default", "kube-system")
+    else:
+        ok = ns in ("", "default")
+    if ok:
+        return []
+    return [cause("FieldValueInvalid", "involvedObject.namespace",
+                  f"Invalid value: {_q(involved)}: does not match event.namespace")]
+
+
 # -- entry points ---------------------------------------------------------------------------
 
 def _immutable_data(old: Obj, new: Obj) -> list[Obj]:
@@ -315,6 +339,8 @@ def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
         causes += _data_size(new)
         if old is not None:
             causes += _immutable_data(old, new)
+    if kind == "Event":
+        causes += _event(new)
     if kind == "Service" and old is not None:
         old_ip = (old.get("spec") or {}).get("clusterIP")
         new_ip = (new.get("spec") or {}).get("clusterIP")

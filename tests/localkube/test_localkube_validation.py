@@ -105,6 +105,41 @@ def test_label_keys_with_a_dns_prefix_are_accepted(k: Kube) -> None:
     assert created["metadata"]["labels"]["eventop.dev/rule"] == "r"
 
 
+def _event(namespace: str, involved_namespace: str | None) -> dict[str, Any]:
+    involved: dict[str, Any] = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": "r"}
+    if involved_namespace is not None:
+        involved["namespace"] = involved_namespace
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "r.1", "namespace": namespace},
+            "involvedObject": involved, "type": "Normal", "reason": "Synced", "message": "ok"}
+
+
+@pytest.mark.parametrize(("namespace", "involved_namespace", "accepted"), [
+    ("default", None, True),          # a cluster-scoped object: its Events live in default
+    ("kube-system", None, False),
+    ("kube-public", "kube-public", True),
+    ("default", "kube-public", False),
+])
+def test_an_event_lives_in_the_namespace_of_its_involved_object(
+        k: Kube, namespace: str, involved_namespace: str | None, accepted: bool) -> None:
+    """kube-apiserver's legacyValidateEvent; eventop's Kube.post_event relies on it."""
+    event = _event(namespace, involved_namespace)
+    if accepted:
+        assert k.create(event)["involvedObject"] == event["involvedObject"]
+        return
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(event)
+    assert caught.value.message == (
+        'Event "r.1" is invalid: involvedObject.namespace: Invalid value: '
+        f'"{involved_namespace or ""}": does not match event.namespace')
+
+
+def test_an_event_update_keeps_the_namespace_rule(k: Kube) -> None:
+    k.create(_event("kube-public", "kube-public"))
+    with pytest.raises(errors.Invalid, match=r"does not match event\.namespace"):
+        k.patch("v1", "Event", "r.1", "kube-public", {"involvedObject": {"namespace": "default"}})
+
+
 def test_immutable_configmaps_refuse_data_changes(k: Kube) -> None:
     frozen = cm("x")
     frozen["immutable"] = True

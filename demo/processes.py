@@ -55,8 +55,15 @@ class Process:
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
-        self._log.flush()
+        """Everything the process wrote so far (also after :meth:`stop` with ``keep_log``)."""
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process ended, else None."""
+        return self.proc.poll()
 
     def stop(self, keep_log: bool = False) -> None:
         if self.proc.poll() is None:

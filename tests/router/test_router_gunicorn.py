@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import json
 import re
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.router.router_helpers import (
     watch_events,
 )
 from tests.support.processes import RouterProcess, free_port
+from tests.support.waiting import wait_until
 from watcher.cloudevent import to_cloudevent, to_http
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,13 +253,9 @@ def test_router_starts_and_reports_an_unreachable_api(tmp_path: Path) -> None:
         headers, body = binary(kube_event("add", configmap(uid="dead", resource_version="1")))
         resp = requests.post(process.url, headers=headers, data=body, timeout=10)
         assert resp.status_code == 200  # the recording handler needs no API
-        warnings = []
-        for _ in range(50):
-            warnings = [json.loads(line) for line in process.log().splitlines()
-                        if line.startswith("{") and "Kubernetes API unreachable" in line]
-            if warnings:
-                break
-            threading.Event().wait(0.1)
+        warnings = wait_until(lambda: [
+            json.loads(line) for line in process.log().splitlines()
+            if line.startswith("{") and "Kubernetes API unreachable" in line], 30)
         assert warnings and warnings[0]["level"] == "warning"
         assert "/readyz answers 503" in warnings[0]["message"]
     finally:

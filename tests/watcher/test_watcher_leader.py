@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from kube import Kube
+from tests.support.processes import WatcherProcess
+from tests.support.waiting import wait_until
 from watcher.leader import LeaderElector
 
-REPO = Path(__file__).resolve().parents[2]
 TIMING = {"lease_seconds": 1.0, "renew_deadline": 0.6, "retry_period": 0.1}
 
 
@@ -77,33 +73,27 @@ def test_timings_must_leave_room_to_renew(local_kube) -> None:
                       lease_seconds=5, renew_deadline=5, retry_period=1)
 
 
-def test_second_replica_stands_by_until_the_first_exits(local_kube, sink) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "K_SINK": sink.url,
-           "EVENTOP_RESOURCES": "v1/configmaps@demo", "EVENTOP_KUBE_URL": local_kube.url,
+def test_second_replica_stands_by_until_the_first_exits(local_kube, sink, tmp_path) -> None:
+    env = {"EVENTOP_RESOURCES": "v1/configmaps@demo", "EVENTOP_KUBE_URL": local_kube.url,
            "EVENTOP_METRICS_PORT": "0", "EVENTOP_LEASE_NAMESPACE": "default",
            "EVENTOP_LEASE_SECONDS": "2", "EVENTOP_RENEW_DEADLINE_SECONDS": "1.5",
            "EVENTOP_RETRY_PERIOD_SECONDS": "0.2", "EVENTOP_READ_TIMEOUT_SECONDS": "2"}
     local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "one", "namespace": "demo"}})
-    cmd = [sys.executable, "-m", "watcher", "run", "--leader-elect"]
-    first = subprocess.Popen(cmd, cwd=REPO, env={**env, "HOSTNAME": "first"},
-                             stderr=subprocess.PIPE, text=True)
+    elect = ["--leader-elect"]
+    first = WatcherProcess(sink.url, {**env, "HOSTNAME": "first"}, str(tmp_path), elect)
     second = None
     try:
         assert sink.wait_for(2, 30)  # the ConfigMap and kube-root-ca.crt
-        second = subprocess.Popen(cmd, cwd=REPO, env={**env, "HOSTNAME": "second"},
-                                  stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        second = WatcherProcess(sink.url, {**env, "HOSTNAME": "second"}, str(tmp_path), elect)
+        assert wait_until(lambda: "standing by" in second.log(), 30), second.log()
         assert len(sink.accepted) == 2  # the standby lists nothing
         assert holder(local_kube).startswith("first_")
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(30) == 0
+        first.stop(keep_log=True)  # SIGTERM: release the lease on the way out
+        assert first.returncode == 0, first.log()
         assert sink.wait_for(4, 30)  # the new leader's initial list
         assert holder(local_kube).startswith("second_")
     finally:
         for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.communicate(timeout=30)
-            elif proc is not None:
-                proc.communicate(timeout=30)
+            if proc is not None:
+                proc.stop()

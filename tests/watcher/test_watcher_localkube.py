@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,8 @@ import pytest
 import requests
 
 from kube import Kube
+from tests.support.processes import WatcherProcess, free_port
+from tests.support.waiting import wait_until
 from watcher.delivery import Backoff, Deliverer, RetryPolicy
 from watcher.recording import load_initial, load_recording
 from watcher.watch import ResourceSpec, Watcher, WatchSettings
@@ -39,15 +39,6 @@ def cm(name: str, value: str) -> dict[str, Any]:
 
 def event_id(change: str, obj: dict[str, Any]) -> str:
     return f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}/{change}"
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def watch_requests(local_kube: Any) -> list[str]:
@@ -70,7 +61,7 @@ def start_watcher(local_kube, sink) -> Iterator[Callable[..., Watcher]]:
               resync: float = 0.0, url: str | None = None) -> Watcher:
         kube = Kube.connect(url=url or local_kube.url)
         deliverer = Deliverer(sink.url, lanes=lanes, queue_size=queue_size,
-                              policy=RetryPolicy(Backoff(0.02, 0.2), timeout=(1.0, 1.0)))
+                              policy=RetryPolicy(Backoff(0.02, 0.2), timeout=(1.0, 5.0)))
         settings = WatchSettings(watch_timeout=30, read_timeout=read_timeout,
                                  connect_timeout=1.0, resync_seconds=resync, page_size=2,
                                  backoff=Backoff(0.05, 0.3))
@@ -182,7 +173,9 @@ def test_sink_down_for_a_while_then_every_event_delivered_in_object_order(
         for name in ("p", "q", "r"):
             obj = local_kube.put(cm(name, str(i)))
             expected.setdefault(name, []).append(event_id("add" if i == 0 else "update", obj))
-    time.sleep(1.0)
+    # Every change was read and is held while the sink is down, none delivered yet.
+    assert wait_until(lambda: w.deliverer.pending == 24)
+    assert sink.ids() == []
     sink.port = port
     sink.start()
     assert sink.wait_for(24)
@@ -202,14 +195,14 @@ def test_back_pressure_stops_reading_and_resumes_without_dropping(local_kube, si
     with caplog.at_level(logging.WARNING, "eventop.watcher"):
         expected = [event_id("add" if i == 0 else "update", local_kube.put(cm("bp", str(i))))
                     for i in range(10)]
-        time.sleep(2.0)  # longer than the read timeout: the watch gives up its stream
+        # Blocked longer than the read timeout, the watch gives up its stream.
+        assert wait_until(lambda: "the sink is slow" in caplog.text)
         assert w.deliverer.pending == 2
         sink.port = port
         sink.start()
         assert sink.wait_for(10)
     time.sleep(0.3)
     assert sink.ids() == expected
-    assert "the sink is slow" in caplog.text
 
 
 def test_unavailable_api_server_is_retried_until_it_answers(local_kube, sink, start_watcher,
@@ -239,28 +232,22 @@ def test_resync_sends_every_object_again_with_its_own_id(local_kube, sink, start
     assert sink.ids()[:2] == [event_id("add", obj), event_id("update", obj)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_kube, sink):
+def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_kube, sink,
+                                                                        tmp_path):
     obj = local_kube.put(cm("cli", "0"))
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "K_SINK": sink.url,
-           "EVENTOP_RESOURCES": SPEC, "EVENTOP_KUBE_URL": local_kube.url,
-           "EVENTOP_METRICS_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "watcher", "run", "--read-timeout", "2"],
-                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    proc = WatcherProcess(sink.url, {"EVENTOP_RESOURCES": SPEC,
+                                     "EVENTOP_KUBE_URL": local_kube.url,
+                                     "EVENTOP_METRICS_PORT": str(port)},
+                          log_dir=str(tmp_path), extra_args=["--read-timeout", "2"])
     try:
         assert sink.wait_for(1, 30)
         later = local_kube.put(cm("cli", "1"))
         assert sink.wait_for(2, 10)
         metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        proc.stop(keep_log=True)  # SIGTERM
+    err = proc.log()
     assert proc.returncode == 0, err
     assert sink.ids() == [event_id("add", obj), event_id("update", later)]
     assert '"level": "info"' in err and "watching v1/configmaps@demo" in err

@@ -96,7 +96,7 @@ def run_loop(sink):
     def run(kube: ScriptedKube, *, resync: float = 0.0, expect: int = 0) -> ResourceWatcher:
         stop = threading.Event()
         deliverer = Deliverer(sink.url, lanes=2, queue_size=10,
-                              policy=RetryPolicy(Backoff(0.01, 0.05), (1.0, 1.0))).start()
+                              policy=RetryPolicy(Backoff(0.01, 0.05), (1.0, 5.0))).start()
         settings = WatchSettings(watch_timeout=5, read_timeout=1.0, connect_timeout=1.0,
                                  resync_seconds=resync, backoff=Backoff(0.01, 0.05))
         loop = ResourceWatcher(kube, ResourceSpec.parse("v1/configmaps@demo"),  # type: ignore[arg-type]

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from handlers import Event, on
 from kube.errors import Unavailable
 from tests.router.router_helpers import (
     FAIL_TYPE,
+    HANDLER_FOR_KIND,
     KUBE_TYPE,
     RECORD_ENV,
     SLOW_TYPE,
@@ -47,34 +49,17 @@ def record(handler: str, event: Event) -> str:
     return f"recorded by {handler}"
 
 
-@on(KUBE, api_version="v1", kind="ConfigMap")
-def configmaps(event: Event, kube: Any) -> str:
-    return record("configmaps", event)
+def _recorder(name: str) -> Callable[[Event, Any], str]:
+    def handler(event: Event, kube: Any) -> str:
+        return record(name, event)
+
+    handler.__name__ = handler.__qualname__ = name  # the registry names it after this
+    return handler
 
 
-@on(KUBE, api_version="v1", kind="Secret")
-def secrets(event: Event, kube: Any) -> str:
-    return record("secrets", event)
-
-
-@on(KUBE, api_version="v1", kind="Namespace")
-def namespaces(event: Event, kube: Any) -> str:
-    return record("namespaces", event)
-
-
-@on(KUBE, api_version="eventop.dev/v1", kind="CopyRule")
-def copy_rules(event: Event, kube: Any) -> str:
-    return record("copy_rules", event)
-
-
-@on(KUBE, api_version="eventop.dev/v1", kind="RegistryMirror")
-def mirrors(event: Event, kube: Any) -> str:
-    return record("mirrors", event)
-
-
-@on(KUBE, api_version="eventop.dev/v1", kind="ExchangeRate")
-def exchange_rates(event: Event, kube: Any) -> str:
-    return record("exchange_rates", event)
+# One recording handler per kind of the recordings: tests.router.recording_handlers.<name>.
+for (_api_version, _kind), _name in HANDLER_FOR_KIND.items():
+    globals()[_name] = on(KUBE, api_version=_api_version, kind=_kind)(_recorder(_name))
 
 
 @on(SLOW_TYPE)

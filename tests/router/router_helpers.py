@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from cloudevents.core.bindings.http import to_binary, to_structured
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 # Event types of the handlers in tests/router/recording_handlers.py (loaded by router processes
 # only, so the test process never registers them).
 RECORD_ENV = "EVENTOP_TEST_RECORD"
@@ -19,6 +16,12 @@ FAIL_TYPE = "test.eventop.fail"
 UNAVAILABLE_TYPE = "test.eventop.unavailable"
 SLOW_TYPE = "test.eventop.slow"
 KUBE_TYPE = "test.eventop.kube"
+# The recording handler for each kind in the recordings, by (apiVersion, kind).
+HANDLER_FOR_KIND = {("v1", "ConfigMap"): "configmaps", ("v1", "Secret"): "secrets",
+                    ("v1", "Namespace"): "namespaces",
+                    ("eventop.dev/v1", "CopyRule"): "copy_rules",
+                    ("eventop.dev/v1", "RegistryMirror"): "mirrors",
+                    ("eventop.dev/v1", "ExchangeRate"): "exchange_rates"}
 FORMAT = JSONFormat()
 SEEN = datetime(2026, 11, 21, 7, 40, 58, tzinfo=UTC)
 
@@ -69,16 +72,3 @@ def binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
 def structured(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     message = to_structured(event, FORMAT)
     return dict(message.headers), message.body
-
-
-def watch_events(*relative: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every non-BOOKMARK line of the recorded watch streams, as (change, object)."""
-    changes = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
-    out = []
-    for rel in relative:
-        for path in sorted((RECORDINGS / rel).glob("*.watch.jsonl")):
-            for line in path.read_text().splitlines():
-                item = json.loads(line)
-                if item["type"] in changes:
-                    out.append((changes[item["type"]], item["object"]))
-    return out

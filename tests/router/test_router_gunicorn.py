@@ -19,6 +19,7 @@ import requests
 
 from tests.router.router_helpers import (
     FAIL_TYPE,
+    HANDLER_FOR_KIND,
     KUBE_TYPE,
     SLOW_TYPE,
     UNAVAILABLE_TYPE,
@@ -27,16 +28,14 @@ from tests.router.router_helpers import (
     configmap,
     kube_event,
     structured,
-    watch_events,
 )
 from tests.support.processes import RouterProcess, free_port
 from tests.support.waiting import wait_until
 from watcher.cloudevent import to_cloudevent, to_http
+from watcher.recording import load_recording
 
 REPO = Path(__file__).resolve().parents[2]
-HANDLER_FOR_KIND = {"ConfigMap": "configmaps", "Secret": "secrets", "Namespace": "namespaces",
-                    "CopyRule": "copy_rules", "RegistryMirror": "mirrors",
-                    "ExchangeRate": "exchange_rates"}
+RECORDINGS = REPO / "tests" / "recordings"
 MODULE = "tests.router.recording_handlers"
 
 
@@ -90,23 +89,22 @@ def router(api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Route
 
 
 def test_recorded_watch_events_reach_the_handler_for_their_kind(router: Router) -> None:
-    recorded = watch_events("copy-rules", "mirrors-and-rates")
+    recorded = load_recording([RECORDINGS / "copy-rules", RECORDINGS / "mirrors-and-rates"])
     assert len(recorded) > 30
     expected = []
     with requests.Session() as session:
         for change, obj in recorded:
             event = to_cloudevent(change, obj, "https://10.96.0.1:443")
+            handler = HANDLER_FOR_KIND[(obj["apiVersion"], obj["kind"])]
             resp = router.post(to_http(event), session)
             assert resp.status_code == 200, resp.text
-            assert resp.json()["handlers"][0]["handler"] == (
-                f"{MODULE}.{HANDLER_FOR_KIND[obj['kind']]}")
-            expected.append((event.get_id(), HANDLER_FOR_KIND[obj["kind"]], obj["kind"],
-                             obj["metadata"]["name"]))
+            assert resp.json()["handlers"][0]["handler"] == f"{MODULE}.{handler}"
+            expected.append((event.get_id(), handler, obj["kind"], obj["metadata"]["name"]))
     ids = {e[0] for e in expected}
     got = [(r["id"], r["handler"], r["kind"], r["name"]) for r in router.records()
            if r["id"] in ids]
     assert collections.Counter(got) == collections.Counter(expected)
-    assert {kind for _, _, kind, _ in got} == set(HANDLER_FOR_KIND)
+    assert {kind for _, _, kind, _ in got} == {kind for _, kind in HANDLER_FOR_KIND}
 
 
 def test_structured_mode_over_http_is_handled(router: Router) -> None:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 Obj = dict[str, Any]
 
 MANAGED_BY = "eventop"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: A valid label value: at most 63 characters of this shape (the API server's rule).
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
@@ -30,13 +34,31 @@ def is_owned_by(obj: Obj, owner_uid: str) -> bool:
                for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
 
+def label_value(value: str, *, prefix_chars: int = 46, hash_chars: int = 16) -> str:
+    """``value`` as a label value: itself if valid, else a readable prefix and a hash.
+
+    Object names may be 253 characters, label values only 63; the hash keeps two long names
+    from colliding. The lengths are parameters because a shortened value is stored in objects
+    and in immutable workload selectors: a handler that has shipped one form must keep it.
+    """
+    if len(value) <= 63 and LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:hash_chars]
+    prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[:prefix_chars].strip("-_.")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
 def standard_labels(name: str, instance: str, component: str) -> dict[str, str]:
-    """The ``app.kubernetes.io/*`` labels every object eventop creates carries."""
+    """The ``app.kubernetes.io/*`` labels every object eventop creates carries.
+
+    ``instance`` is usually an object name; one too long for a label value is shortened with
+    :func:`label_value` (a value that is already valid is kept as it is).
+    """
     return {
         "app.kubernetes.io/name": name,
-        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/instance": label_value(instance),
         "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
     }
 
 

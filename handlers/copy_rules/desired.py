@@ -26,13 +26,18 @@ dependents (ControllerRefManager):
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kube.objects import content_hash, owner_reference, selector_matches
+from kube.objects import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    content_hash,
+    label_value,
+    owner_reference,
+    selector_matches,
+)
 
 Obj = dict[str, Any]
 
@@ -40,8 +45,6 @@ GROUP = "eventop.dev"
 API_VERSION = "eventop.dev/v1"
 KIND = "CopyRule"
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "eventop"
 RULE_LABEL = "eventop.dev/copy-rule"
 SOURCE_NS_LABEL = "eventop.dev/source-namespace"
 RULE_ANNOTATION = "eventop.dev/copy-rule"
@@ -53,24 +56,8 @@ SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 KIND_BY_RULE_TYPE = {"configmap": "ConfigMap", "secret": "Secret"}
 PAYLOAD_FIELDS = ("data", "binaryData", "type", "immutable")
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
 class SpecError(ValueError):
     """The rule's spec can not be acted on; the message tells the user what to fix."""
-
-
-def label_value(name: str) -> str:
-    """``name`` as a label value: itself if it fits (<= 63 chars), else a stable shortened form.
-
-    Rule names may be up to 253 characters, label values only 63; the shortened form keeps a
-    readable prefix and a hash so two long names never collide.
-    """
-    if len(name) <= 63 and _LABEL_VALUE.match(name):
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[:46].rstrip("-_.")
-    return f"{prefix}-{digest}" if prefix else digest
 
 
 def rule_kind(rule: Obj) -> str:

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
-from kube import owner_reference, standard_labels
+from kube import objects, owner_reference, standard_labels
 
 Obj = dict[str, Any]
 
@@ -65,7 +65,6 @@ DEFAULT_TTL = "168h"
 MAX_NAME_PART = 40
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
@@ -108,11 +107,12 @@ def name_part(mirror_name: str) -> str:
 
 
 def label_value(value: str) -> str:
-    """``value`` if it is a valid label value (<= 63 chars), else a shortened, hashed form."""
-    if len(value) <= 63 and _LABEL_VALUE.match(value):
-        return value
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:55].strip("-_.")
-    return f"{cleaned}-{_short_hash(value)}" if cleaned else _short_hash(value)
+    """``value`` if it is a valid label value (<= 63 chars), else a shortened, hashed form.
+
+    This form (55 characters and 6 of hash) is in the immutable selectors of existing
+    workloads, so it must not change.
+    """
+    return objects.label_value(value, prefix_chars=55, hash_chars=6)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from handlers.mirrors import build
 from handlers.mirrors.build import API_VERSION, KIND, MirrorSpec, Names, SpecError
 from kube import Forbidden, Invalid, Kube, NotFound, is_owned_by, now_rfc3339, set_condition
-from kube.objects import MANAGED_BY
+from kube.objects import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("eventop.handlers.mirrors")
 
@@ -279,7 +279,7 @@ def foreign_objects(mirror: Obj, existing: list[Obj | None]) -> Problem | None:
         if obj is None or is_owned_by(obj, mirror["metadata"]["uid"]):
             continue
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        if (labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+        if (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
                 and labels.get("app.kubernetes.io/instance") == instance):
             continue
         foreign.append(f"{obj.get('kind')} {obj['metadata']['name']}")

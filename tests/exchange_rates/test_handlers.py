@@ -485,3 +485,18 @@ def test_refresh_without_the_crd_installed_is_not_an_error(
     assert outcome.ok
     assert "CRD is not installed" in outcome.detail
     assert requests_mock.call_count == 0
+
+
+def test_name_longer_than_a_label_value_still_gets_its_configmap(
+        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    """Object names may be 253 characters, label values only 63: the instance label is
+    shortened (with a hash) instead of the apply being refused."""
+    name = "exchange-rate-" + "usd-" * 20 + "x"
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    add(registry, kube, local_kube, exchange_rate(name, "USD"))
+
+    cm = configmap(local_kube, name)
+    assert cm is not None and cm["data"]["rate"] == "1.08120"
+    instance = cm["metadata"]["labels"]["app.kubernetes.io/instance"]
+    assert len(instance) <= 63 and instance.startswith("exchange-rate-usd-")
+    assert ready(cr(local_kube, name))["status"] == "True"

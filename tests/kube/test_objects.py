@@ -40,3 +40,14 @@ def test_owner_reference_points_at_owner_uid_as_controller():
                            "metadata": {"name": "r", "uid": "u1"}})
     assert ref == {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": "r",
                    "uid": "u1", "controller": True, "blockOwnerDeletion": True}
+
+
+def test_label_value_keeps_valid_values_and_shortens_long_ones_without_collisions():
+    from kube.objects import LABEL_VALUE, label_value, standard_labels
+
+    assert label_value("my-rule.v2") == "my-rule.v2"
+    long_a, long_b = "a" * 100 + ".x", "a" * 100 + ".y"
+    for value in (label_value(long_a), label_value(long_a, prefix_chars=55, hash_chars=6)):
+        assert len(value) <= 63 and LABEL_VALUE.match(value) and value.startswith("aaaa")
+    assert label_value(long_a) != label_value(long_b)
+    assert standard_labels("n", long_a, "c")["app.kubernetes.io/instance"] == label_value(long_a)

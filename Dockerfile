@@ -28,11 +28,13 @@ RUN sed -n '1,/^# --- test and development/p' requirements.txt \
 
 # --- runtime: the venv, eventop's packages, a non-root user ------------------------------
 FROM ${PYTHON_IMAGE}
+# No PROMETHEUS_MULTIPROC_DIR here: it would put the watcher's prometheus_client in
+# multiprocess mode too, writing to a directory nobody creates (it fails at import). The
+# router makes its own under /tmp when unset; the manifests name one for it.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PORT=8080 \
-    PROMETHEUS_MULTIPROC_DIR=/tmp/metrics
+    PORT=8080
 RUN groupadd --system --gid 10001 eventop \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin eventop

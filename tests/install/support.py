@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -99,6 +101,44 @@ def containers(obj: Obj) -> Iterator[Obj]:
     spec = tpl.get("spec") or {}
     yield from spec.get("initContainers") or []
     yield from spec.get("containers") or []
+
+
+# -- the Dockerfile -------------------------------------------------------------------------
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for ins in instructions():
+        if ins[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(ins)
+    return result
+
+
+def image_env() -> dict[str, str]:
+    """The environment the final stage's ``ENV`` lines set (``$VAR`` references left as is)."""
+    env: dict[str, str] = {}
+    for word, rest in stages()[-1]:
+        if word == "ENV":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                env[key] = value
+    return env
 
 
 # -- CRD schemas as JSON Schema -------------------------------------------------------------

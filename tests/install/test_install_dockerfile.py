@@ -15,31 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.install.support import REPO, containers, kubectl, render
-
-DOCKERFILE = REPO / "Dockerfile"
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for ins in instructions():
-        if ins[0] == "FROM":
-            result.append([])
-        if result:
-            result[-1].append(ins)
-    return result
+from tests.install.support import (
+    DOCKERFILE,
+    REPO,
+    containers,
+    instructions,
+    kubectl,
+    render,
+    stages,
+)
 
 
 def base_images() -> list[str]:

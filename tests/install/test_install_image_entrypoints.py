@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.install.support import REPO
+from tests.install.support import REPO, image_env
 
 COPIED = ("kube", "handlers", "router", "watcher")  # the Dockerfile's COPY lines (checked there)
 
@@ -66,8 +66,14 @@ def image_like(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     app.mkdir()
     for package in COPIED:
         (app / package).symlink_to(REPO / package, target_is_directory=True)
-    env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(root),
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+    # The image's own ENV, with /tmp standing for the pods' /tmp: an emptyDir, empty at start.
+    tmp = root / "tmp"
+    tmp.mkdir()
+    env = {key: value.replace("/tmp", str(tmp), 1) if value.startswith("/tmp") else value
+           for key, value in image_env().items() if key != "PATH"}
+    # HOME as the image's user has it: a directory that does not exist (nothing may write there).
+    env.update(PATH=f"{env_dir / 'bin'}:/usr/bin:/bin", HOME=str(root / "nonexistent"),
+               TMPDIR=str(tmp), LANG="C.UTF-8")
     return {"python": str(python), "app": str(app), "env": env, "root": root}
 
 

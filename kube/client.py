@@ -287,7 +287,10 @@ class Kube:
         meta = involved.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         key = f"{meta.get('uid')}/{event_type}/{reason}/{message}".encode()
-        name = f"{meta.get('name')}.{hashlib.sha256(key).hexdigest()[:16]}"
+        # A name of 253 characters at most (the object's own may be that long), and still a
+        # DNS subdomain where it is cut: no "-" or "." before the suffix's dot.
+        prefix = str(meta.get("name"))[:253 - 17].rstrip("-.")
+        name = f"{prefix}.{hashlib.sha256(key).hexdigest()[:16]}"
         now = now_rfc3339()
         try:
             existing = self.get_or_none("v1", "Event", name, ns)

@@ -32,3 +32,18 @@ def test_unreachable_api_server_is_unavailable_and_names_the_host() -> None:
     kube = Kube.connect(url="http://127.0.0.1:9")
     with pytest.raises(Unavailable, match=r"unreachable at http://127\.0\.0\.1:9"):
         kube.ping()
+
+
+def test_event_about_an_object_with_a_253_character_name_is_recorded(kube: Kube) -> None:
+    """An Event's name is the object's name plus a suffix, and must itself stay a valid
+    name of at most 253 characters."""
+    name = ("a" * 62 + ".") * 3 + "b" * 46 + "-" + "c" * 17  # cut before the hash: at "-"
+    assert len(name) == 253
+    cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": name, "namespace": "default"}})
+    kube.post_event(cm, "Warning", "Testing", "twice")
+    kube.post_event(cm, "Warning", "Testing", "twice")
+    events = [e for e in kube.list("v1", "Event", "default")
+              if e["involvedObject"]["name"] == name]
+    assert [e["count"] for e in events] == [2]
+    assert len(events[0]["metadata"]["name"]) <= 253

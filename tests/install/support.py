@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import http.server
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,57 @@ def containers(obj: Obj) -> Iterator[Obj]:
     spec = tpl.get("spec") or {}
     yield from spec.get("initContainers") or []
     yield from spec.get("containers") or []
+
+
+def env_of(container: Obj) -> dict[str, str]:
+    """The container's literal ``env`` values (``valueFrom`` entries read as empty)."""
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def command_of(container: Obj, env: dict[str, str]) -> list[str]:
+    """What the image runs for this container: its ENTRYPOINT (``python -m``, checked in
+    test_install_dockerfile) and the args, with ``$(VAR)`` expanded from ``env`` as the
+    kubelet does (an unknown variable stays as written)."""
+    def expand(arg: str) -> str:
+        return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+    return [sys.executable, "-m", *(expand(a) for a in container.get("args") or [])]
+
+
+class Sink:
+    """A CloudEvents sink on a free loopback port that accepts everything (202)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, str]] = []
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                sink.received.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def __enter__(self) -> Sink:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
 
 
 # -- the Dockerfile -------------------------------------------------------------------------

@@ -19,13 +19,10 @@
 
 from __future__ import annotations
 
-import http.server
 import itertools
 import json
 import os
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -41,7 +38,16 @@ from tests.install.rbac import (
     kube_call_sites,
     reached,
 )
-from tests.install.support import REPO, find, kubectl, render
+from tests.install.support import (
+    REPO,
+    Sink,
+    command_of,
+    env_of,
+    find,
+    kubectl,
+    pod_template,
+    render,
+)
 
 pytestmark = pytest.mark.skipif(
     kubectl() is None,
@@ -64,42 +70,6 @@ def plurals() -> dict[tuple[str, str], tuple[str, str]]:
     return {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
 
 
-class Sink:
-    """A CloudEvents sink on a free loopback port that accepts everything (202)."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, str]] = []
-        sink = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                sink.received.append({k.lower(): v for k, v in self.headers.items()})
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/"
-
-    def __enter__(self) -> Sink:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
-
-
 def served_accesses(local_kube: Any) -> set[Access]:
     found: set[Access] = set()
     for method, path, query, _status in list(local_kube.requests):
@@ -107,11 +77,17 @@ def served_accesses(local_kube: Any) -> set[Access]:
     return found
 
 
-def watcher_env(local_kube: Any) -> dict[str, str]:
+def manifest_run(local_kube: Any, kind: str, name: str, sink: Sink
+                 ) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of the deploy/ container ``kind``/``name``, aimed at the
+    local API server and ``sink``: whatever the manifest turns on (leader election, say) is
+    what the derivation sees."""
+    container, = pod_template(find(render("deploy"), kind, name))["spec"]["containers"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "EVENTOP_"))}
-    env.update(EVENTOP_KUBE_URL=local_kube.url, PYTHONPATH=str(REPO),
-               KUBECONFIG=os.devnull)
-    return env
+    env.update(env_of(container))
+    env.update(EVENTOP_KUBE_URL=local_kube.url, PYTHONPATH=str(REPO), KUBECONFIG=os.devnull,
+               K_SINK=sink.url)
+    return command_of(container, env), env
 
 
 # -- the router's scenarios ------------------------------------------------------------------
@@ -492,16 +468,17 @@ def test_requests_map_to_the_permissions_the_api_server_checks(
 # -- watcher, refresh, ApiServerSource -------------------------------------------------------
 
 def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -> None:
-    """Run the image's watcher command against the local API server until it watches every
-    default resource; what it asked for is what it needs."""
+    """Run deploy/'s watcher command and environment against the local API server until it
+    watches every default resource; what it asked for is what it needs. Leader election is
+    off there (one replica), so no Lease access; turned on in the manifest, it would be
+    derived here too."""
     from watcher.watch import DEFAULT_RESOURCES, ResourceSpec
 
     wanted = {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
     with Sink() as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "watcher", "run", "--sink", sink.url],
-            cwd=REPO, env=watcher_env(local_kube), stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
+        command, env = manifest_run(local_kube, "Deployment", "eventop-watcher", sink)
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
         try:
             watching: set[tuple[str, str]] = set()
             deadline = time.monotonic() + 60
@@ -525,12 +502,12 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
 
 
 def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:
-    """The CronJob's command posts one event and never calls the Kubernetes API."""
+    """The CronJob's command (its args, ``$(K_SINK)`` expanded) posts one event and never
+    calls the Kubernetes API."""
     with Sink() as sink:
-        proc = subprocess.run(
-            [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
-             "--sink", sink.url], cwd=REPO, env=watcher_env(local_kube),
-            capture_output=True, text=True, timeout=60, check=False)
+        command, env = manifest_run(local_kube, "CronJob", "eventop-rates-refresh", sink)
+        proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert [h.get("ce-type") for h in sink.received] == ["dev.eventop.exchangerates.refresh"]
     assert list(local_kube.requests) == []

@@ -8,6 +8,7 @@ import pytest
 
 from tests.install.support import (
     containers,
+    env_of,
     find,
     group_of,
     kubectl,
@@ -25,10 +26,6 @@ ROUTER_URL = f"http://eventop-router.{NS}.svc.cluster.local"
 
 def workloads(directory: str) -> list[dict]:
     return [o for o in render(directory) if pod_template(o) is not None]
-
-
-def env_of(container: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
 
 
 @pytest.mark.parametrize("directory", ["deploy", "knative"])

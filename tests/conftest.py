@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,14 +26,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def local_kube() -> Iterator[object]:
-    from localkube import LocalKube
+    from tests.support.apiserver import local_kube_server
 
-    server = LocalKube(crd_dir=str(REPO / "crds"))
-    server.start()
-    try:
+    with local_kube_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

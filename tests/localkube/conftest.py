@@ -12,17 +12,14 @@ import pytest
 
 from kube import Kube
 from localkube import LocalKube
-from tests.localkube.support import REPO, Http
+from tests.localkube.support import Http
+from tests.support.apiserver import local_kube_server
 
 
 @pytest.fixture
 def lk() -> Iterator[LocalKube]:
-    server = LocalKube(crd_dir=REPO / "crds", bookmark_interval=0.1)
-    server.start()
-    try:
+    with local_kube_server(bookmark_interval=0.1) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from tests.router.router_helpers import (
     kube_event,
     structured,
 )
+from tests.support.apiserver import local_kube_server
 from tests.support.processes import RouterProcess, free_port
 from tests.support.waiting import wait_until
 from watcher.cloudevent import to_cloudevent, to_http
@@ -41,14 +42,9 @@ MODULE = "tests.router.recording_handlers"
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[Any]:
-    from localkube import LocalKube
-
-    server = LocalKube(crd_dir=str(REPO / "crds"))
-    server.start()
-    try:
+    """One local API server for the module's router (``local_kube`` is fresh per test)."""
+    with local_kube_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 class Router:

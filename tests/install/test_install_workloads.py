@@ -4,6 +4,8 @@ watcher and the CronJob aimed at the router's Service, and a NetworkPolicy that 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.install.support import (
@@ -110,6 +112,31 @@ def test_watcher_and_refresh_post_to_the_router_service() -> None:
     svc = find(objs, "Service", "eventop-router")
     meta = svc["metadata"]
     assert f"http://{meta['name']}.{meta['namespace']}.svc.cluster.local" == ROUTER_URL
+
+
+def test_watcher_runs_alone_unless_it_elects_a_leader_and_probes_its_metrics_port(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher's flags as its container gets them (the manifest's env, and
+    KUBERNETES_SERVICE_HOST, which the kubelet sets in every pod): more than one replica, or
+    a rollout that overlaps two pods, needs leader election; the liveness probe's port is
+    the one the metrics server listens on."""
+    from watcher.cli import build_parser
+
+    dep = find(render("deploy"), "Deployment", "eventop-watcher")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    for name in [k for k in os.environ if k.startswith(("EVENTOP_", "K_SINK"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    for name, value in env_of(c).items():
+        monkeypatch.setenv(name, value)
+    assert c["args"][0] == "watcher"
+    args = build_parser().parse_args(c["args"][1:])
+    if not args.leader_elect:
+        assert dep["spec"]["replicas"] == 1
+        assert dep["spec"]["strategy"]["type"] == "Recreate"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    probe_port = c["livenessProbe"]["httpGet"]["port"]
+    assert args.metrics_port == ports.get(probe_port, probe_port) == 9090
 
 
 def test_each_component_has_its_own_service_account() -> None:

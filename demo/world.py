@@ -34,10 +34,16 @@ def load_examples(folder: Path) -> list[Obj]:
     return sorted(docs, key=lambda d: order.get(d.get("kind", ""), 2))
 
 
-def _world_copy(obj: Obj) -> Obj:
+def world_copy(obj: Obj) -> Obj:
+    """The object as the outside world would write it: no server-owned metadata.
+
+    Recorded objects carry the resourceVersion, managedFields... the server gave them;
+    written back as they are, a replace would be refused as a conflict.
+    """
     obj = copy.deepcopy(obj)
+    meta = obj.setdefault("metadata", {})
     for field in SERVER_FIELDS:
-        obj.get("metadata", {}).pop(field, None)
+        meta.pop(field, None)
     return obj
 
 
@@ -156,7 +162,7 @@ class LocalWorld(World):
         self.kube = Kube.connect(url=local.url)
 
     def put(self, obj: Obj) -> None:
-        self.local.put(_world_copy(obj))
+        self.local.put(world_copy(obj))
 
     def replay_recordings(self, folder: Path, expect: Expectations) -> int:
         """Make the recorded changes happen again, in order, paced like a live cluster."""
@@ -198,7 +204,7 @@ class ClusterWorld(World):
         return [self.namespace]
 
     def put(self, obj: Obj) -> None:
-        obj = _world_copy(obj)
+        obj = world_copy(obj)
         obj["metadata"].pop("uid", None)
         if obj["kind"] in ("Namespace", "CopyRule"):
             return  # cluster-wide effects: not in someone's real cluster

@@ -9,23 +9,23 @@ recording in resourceVersion order.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import requests
+from cloudevents.core.v1.event import CloudEvent
 
-from kube import Kube, NotFound
+from demo.world import world_copy
+from kube import Kube
 from tests.support.processes import RouterProcess
-from watcher.cloudevent import to_cloudevent, to_http
+from tests.support.waiting import wait_until
+from watcher.cloudevent import simple_event, to_cloudevent, to_http
 from watcher.recording import load_initial, load_recording
 
 Obj = dict[str, Any]
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
-SERVER_FIELDS = ("resourceVersion", "managedFields", "creationTimestamp", "generation",
-                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
 
 
 def _recording_paths(what: str | Path | list[str | Path]) -> list[Path]:
@@ -35,15 +35,6 @@ def _recording_paths(what: str | Path | list[str | Path]) -> list[Path]:
         p = Path(item)
         paths.append(p if p.is_absolute() or p.exists() else RECORDINGS / p)
     return paths
-
-
-def world_copy(obj: Obj) -> Obj:
-    """The object as the outside world would write it: no server-owned metadata."""
-    obj = copy.deepcopy(obj)
-    meta = obj.setdefault("metadata", {})
-    for field in SERVER_FIELDS:
-        meta.pop(field, None)
-    return obj
 
 
 class _Pipeline:
@@ -66,17 +57,15 @@ class _Pipeline:
         """Wait until the API server finished background work (GC, namespace deletion)."""
 
     def post(self, change: str, obj: Obj) -> int:
-        headers, body = to_http(to_cloudevent(change, obj, self.source))
-        return requests.post(self.router.url, data=body, headers=headers, timeout=60).status_code
+        """Post the Resource-mode CloudEvent the watcher sends for this change of ``obj``."""
+        return self._send(to_cloudevent(change, obj, self.source))
 
     def post_event(self, type_: str, data: Any = None) -> int:
-        from cloudevents.core.v1.event import CloudEvent
+        """Post any other event (a refresh, a ping), as ``python -m watcher emit`` does."""
+        return self._send(simple_event(type_, "/tests", data, f"test-{time.monotonic_ns()}"))
 
-        attrs = {"type": type_, "source": "/tests", "id": f"test-{time.monotonic_ns()}",
-                 "specversion": "1.0"}
-        if data is not None:
-            attrs["datacontenttype"] = "application/json"
-        headers, body = to_http(CloudEvent(attributes=attrs, data=data))
+    def _send(self, event: CloudEvent) -> int:
+        headers, body = to_http(event)
         return requests.post(self.router.url, data=body, headers=headers, timeout=60).status_code
 
     def replay(self, what: str | Path | list[str | Path],
@@ -150,21 +139,13 @@ class ClusterPipeline(_Pipeline):
     def world_remove(self, api_version: str, kind: str, name: str,
                      namespace: str | None = None, timeout: float = 120.0) -> None:
         self.world.delete(api_version, kind, name, namespace)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                self.world.get(api_version, kind, name, namespace)
-            except NotFound:
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"{kind} {namespace}/{name} still exists after {timeout}s")
+        self.wait_for(lambda: self.world.get_or_none(api_version, kind, name, namespace) is None,
+                      timeout, f"{kind} {namespace}/{name} gone")
 
-    def wait_for(self, predicate: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 60.0,
+                 what: str = "condition") -> Any:
         """Poll ``predicate()`` until truthy: a real cluster's GC and controllers are async."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.5)
-        raise TimeoutError(f"{what} not reached within {timeout}s")
+        value = wait_until(predicate, timeout, interval=0.5)
+        if not value:
+            raise TimeoutError(f"{what} not reached within {timeout}s")
+        return value

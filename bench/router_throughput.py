@@ -22,9 +22,7 @@ import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +30,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from demo.processes import Process, RouterProcess, free_port, wait_http  # noqa: E402
 from handlers import Event, on  # noqa: E402
 
+# How the router and the bare server import this file (PYTHONPATH is the repository).
+MODULE = "bench.router_throughput"
 EVENT_TYPE = "dev.knative.apiserver.resource.update"
 
 
@@ -140,36 +141,12 @@ def drive(port: int, master: int, clients: int, seconds: float, body: bytes,
     return handled / seconds, handled / cpu if cpu else 0.0, sum(f for _, f in results)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(port: int, proc: subprocess.Popen[bytes], path: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server on port {port} exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", path)
-            conn.getresponse().read()
-            conn.close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"server on port {port} did not answer within 30s")
-
-
 def serve_bare(args: argparse.Namespace) -> None:
     """Internal: the bare app under exactly the router's gunicorn settings."""
     from router.server import ServerOptions, serve
 
     serve(ServerOptions(host="127.0.0.1", port=args.port, workers=args.workers,
-                        threads=args.threads, app="router_throughput:bare_app"))
+                        threads=args.threads, app=f"{MODULE}:bare_app"))
 
 
 def main() -> None:
@@ -190,28 +167,18 @@ def main() -> None:
     obj = recorded_configmap()
     body = json.dumps(obj).encode()
     headers = cloudevent_headers(obj)
-    logs = tempfile.TemporaryDirectory(prefix="eventop-bench-")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "bench")]),
-           "EVENTOP_BUILTIN_HANDLERS": "none", "EVENTOP_HANDLERS": "router_throughput",
-           "EVENTOP_KUBE_URL": f"http://127.0.0.1:{_free_port()}"}  # never called by noop
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = {"EVENTOP_BUILTIN_HANDLERS": "none", "EVENTOP_HANDLERS": MODULE,
+           "EVENTOP_KUBE_URL": f"http://127.0.0.1:{free_port()}"}  # never called by noop
     common = ["--workers", str(args.workers), "--threads", str(args.threads)]
-    ports = {"bare": _free_port(), "router": _free_port()}
-    commands = {
-        "bare": [sys.executable, __file__, "--serve-bare", "--port", str(ports["bare"]),
-                 *common],
-        "router": [sys.executable, "-m", "router", "--host", "127.0.0.1",
-                   "--port", str(ports["router"]), *common],
-    }
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    log_files = []
+    servers: dict[str, Process] = {}
+    ports = {"bare": free_port()}
     try:
-        for name, cmd in commands.items():
-            log_files.append(open(os.path.join(logs.name, f"{name}.log"), "wb"))  # noqa: SIM115
-            procs[name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log_files[-1],
-                                           stderr=subprocess.STDOUT)
-        _wait(ports["bare"], procs["bare"], "/")
-        _wait(ports["router"], procs["router"], "/healthz")
+        servers["bare"] = Process("bare", [MODULE, "--serve-bare", "--port", str(ports["bare"]),
+                                           *common], env)
+        wait_http(f"http://127.0.0.1:{ports['bare']}/", proc=servers["bare"].proc)
+        router_process = RouterProcess(env, args.workers,
+                                       extra_args=["--threads", str(args.threads)])
+        servers["router"], ports["router"] = router_process, router_process.port
         print(f"router throughput: {args.workers} gunicorn workers x {args.threads} threads "
               f"(same for both apps), {args.clients} keep-alive clients, {args.seconds:g}s "
               f"per run, {len(body)}-byte ConfigMap event, {os.cpu_count()} CPUs")
@@ -219,8 +186,8 @@ def main() -> None:
         per_cpu: dict[str, list[float]] = {"bare": [], "router": []}
         for r in range(args.rounds):
             for name in ("bare", "router"):
-                rate, efficiency, failures = drive(ports[name], procs[name].pid, args.clients,
-                                                   args.seconds, body, headers)
+                rate, efficiency, failures = drive(ports[name], servers[name].proc.pid,
+                                                   args.clients, args.seconds, body, headers)
                 rates[name].append(rate)
                 per_cpu[name].append(efficiency)
                 extra = f", {failures} failed requests" if failures else ""
@@ -237,17 +204,8 @@ def main() -> None:
               f"{router_cpu / bare_cpu:.2f} per CPU-second; load average now "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for f in log_files:
-            f.close()
-        logs.cleanup()
+        for server in servers.values():
+            server.stop()
 
 
 if __name__ == "__main__":

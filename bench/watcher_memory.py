@@ -13,9 +13,7 @@ events keep flowing.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from demo.processes import WatcherProcess  # noqa: E402
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -111,16 +111,15 @@ def main() -> None:
     print(f"local API server: {args.objects} ConfigMaps in {len(namespaces)} namespaces "
           f"stored in {time.monotonic() - t0:.1f}s")
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "EVENTOP_LOG_LEVEL": "WARNING"}
-    cmd = [sys.executable, "-m", "watcher", "run", "--kube-url", url, "--sink", sink.url,
-           "--resource", "v1/configmaps", "--resync-seconds", str(args.resync),
-           "--metrics-port", "0", "--max-in-flight", "8", "--queue-size", "1000"]
-    watcher = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    # Its log goes to a file: an unread pipe would block the watcher once full.
+    watcher = WatcherProcess(sink.url, {"EVENTOP_LOG_LEVEL": "WARNING"}, extra_args=[
+        "--kube-url", url, "--resource", "v1/configmaps", "--resync-seconds", str(args.resync),
+        "--metrics-port", "0", "--max-in-flight", "8", "--queue-size", "1000"])
     samples: list[tuple[float, str, int]] = []
     start = time.monotonic()
 
     def sample(label: str) -> int:
-        rss = proc_status(watcher.pid)["VmRSS"]
+        rss = proc_status(watcher.proc.pid)["VmRSS"]
         samples.append((time.monotonic() - start, label, rss))
         return rss
 
@@ -128,8 +127,8 @@ def main() -> None:
         time.sleep(0.5)
         sample("started")
         while sink.count < args.objects:
-            if watcher.poll() is not None:
-                raise SystemExit(f"watcher exited early:\n{watcher.stderr.read()}")  # type: ignore[union-attr]
+            if watcher.returncode is not None:
+                raise SystemExit(f"watcher exited early:\n{watcher.log()}")
             time.sleep(0.5)
             sample("initial list")
         listed_at = time.monotonic() - start
@@ -153,13 +152,9 @@ def main() -> None:
                 next_sample += 2
         time.sleep(2)
         sample("end")
-        peak = proc_status(watcher.pid)["VmHWM"]
+        peak = proc_status(watcher.proc.pid)["VmHWM"]
     finally:
-        watcher.terminate()
-        try:
-            watcher.wait(30)
-        except subprocess.TimeoutExpired:
-            watcher.kill()
+        watcher.stop()
         sink.stop()
         local.stop()
 

@@ -81,11 +81,13 @@ class Process:
 class RouterProcess(Process):
     """``python -m router`` under gunicorn on a free loopback port."""
 
-    def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None) -> None:
+    def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None,
+                 extra_args: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__("router", ["router", "--host", "127.0.0.1", "--port", str(self.port),
-                                    "--workers", str(workers)], env, log_dir)
+                                    "--workers", str(workers), *(extra_args or [])],
+                         env, log_dir)
         try:
             wait_http(self.url + "/healthz", proc=self.proc)
         except Exception:

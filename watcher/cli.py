@@ -131,20 +131,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("replay", help="post a recording as the CloudEvents the live watcher "
                                         "would have sent (same ids), in order")
     rep.add_argument("paths", nargs="+", type=Path, help="recording directories or files")
-    _flag(rep, "--source", "EVENTOP_SOURCE", "eventop-replay", "CloudEvent source attribute")
-    _flag(rep, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
-          "attempts per event on transient failures (0: forever)", int)
-    _add_common(rep)
+    _add_sender(rep, "eventop-replay")
 
     emit = sub.add_parser("emit", help="post one CloudEvent (the CronJob's rate refresh)")
     emit.add_argument("type", help="CloudEvent type, e.g. dev.eventop.exchangerates.refresh")
     emit.add_argument("--data", default=None, help="JSON data of the event")
     emit.add_argument("--id", default=None, help="event id (default: a random UUID)")
-    _flag(emit, "--source", "EVENTOP_SOURCE", "eventop-emit", "CloudEvent source attribute")
-    _flag(emit, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
-          "attempts on transient failures (0: forever)", int)
-    _add_common(emit)
+    _add_sender(emit, "eventop-emit")
     return parser
+
+
+def _add_sender(p: argparse.ArgumentParser, source: str) -> None:
+    """The options of the one-shot senders (replay, emit): bounded retries, not forever."""
+    _flag(p, "--source", "EVENTOP_SOURCE", source, "CloudEvent source attribute")
+    _flag(p, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
+          "attempts per event on transient failures (0: forever)", int)
+    _add_common(p)
 
 
 def _configure_logging(level: str) -> None:

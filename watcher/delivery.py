@@ -7,8 +7,9 @@ Why it is shaped like this:
   the API server (back-pressure) instead of buffering without limit; the watch loop, not this
   module, decides to drop its stream and resume later from its resourceVersion.
 * **Per-object order.** Each event goes to one of ``lanes`` worker threads chosen by a hash of
-  the object's uid; a lane posts its events one at a time, in order. Different objects are
-  posted in parallel, at most ``lanes`` requests in flight.
+  its key (the watcher uses kind/namespace/name, so a delete and a re-create under the same
+  name stay in order too); a lane posts its events one at a time, in order. Different
+  objects are posted in parallel, at most ``lanes`` requests in flight.
 * **Retry what can succeed later.** Connection errors, timeouts (a hanging sink), 5xx, 404
   (the router or its route not up yet), 408, 409 and 429 are retried with exponential backoff
   and jitter, honouring ``Retry-After``. Any other 4xx means the sink will never take this
@@ -76,7 +77,7 @@ class Outgoing:
     event_id: str
     headers: dict[str, str]
     body: bytes
-    key: str  # lane key: the object's uid, so one object's events stay in order
+    key: str  # lane key (the watcher: kind/namespace/name): one object's events stay in order
     kind: str = ""
     type: str = ""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from typing import Any
 
 import pytest
+import requests
 
 from localkube import LocalKube
 from tests.localkube.support import REPO, Http, cm, recording
@@ -184,24 +184,52 @@ def _shape(value: Any) -> Any:
 
 
 class Watches:
-    """Record several watch streams at once while a scenario runs."""
+    """Record several watch streams at once while a scenario runs.
+
+    Each watch starts at the version the scenario starts from, so one that connects late
+    still sees every event; it ends at the first bookmark at or past the version the
+    scenario ended with, so a slow scenario on a loaded machine loses nothing to a timeout.
+    """
 
     def __init__(self, url: str, paths: list[str]) -> None:
+        self.url = url
         self.events: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
+        self.errors: list[BaseException] = []
         self.http = Http(url)
-        rv = self.http.call("GET", "/api/v1/namespaces")[1]["metadata"]["resourceVersion"]
-        self.threads = [threading.Thread(target=self._run, args=(p, rv)) for p in paths]
+        self.start_rv = self._current_rv()
+        self.end_rv: int | None = None
+        self.threads = [threading.Thread(target=self._run, args=(p,)) for p in paths]
         for t in self.threads:
             t.start()
-        time.sleep(0.3)  # let every watch connect before the scenario starts
 
-    def _run(self, path: str, rv: str) -> None:
-        self.events[path] = self.http.watch(path, resourceVersion=rv, timeoutSeconds=2)
+    def _current_rv(self) -> str:
+        return str(self.http.call("GET", "/api/v1/namespaces")[1]["metadata"]["resourceVersion"])
+
+    def _run(self, path: str) -> None:
+        params = {"watch": "true", "resourceVersion": self.start_rv,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
+        try:
+            with requests.get(self.url + path, params=params, stream=True,
+                              timeout=(5, 30)) as resp:
+                for line in resp.iter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    if event["type"] != "BOOKMARK":
+                        self.events[path].append(event)
+                    elif self.end_rv is not None and int(
+                            event["object"]["metadata"]["resourceVersion"]) >= self.end_rv:
+                        return
+        except BaseException as exc:  # reported by join()
+            self.errors.append(exc)
 
     def join(self) -> dict[str, list[dict[str, Any]]]:
+        self.end_rv = int(self._current_rv())
         for t in self.threads:
-            t.join()
+            t.join(30)
         self.http.close()
+        assert not self.errors, self.errors
+        assert not any(t.is_alive() for t in self.threads), "a watch never reached the end"
         return self.events
 
 

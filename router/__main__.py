@@ -41,6 +41,11 @@ SIGTERM shuts down gracefully: workers finish their current events within --grac
 """
 
 
+# Below Kubernetes' default terminationGracePeriodSeconds (30): the kubelet's SIGKILL comes
+# that long after its SIGTERM, so workers must be done (or stopped by gunicorn) before then.
+GRACEFUL_TIMEOUT = 25
+
+
 def in_container() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) or os.path.exists("/.dockerenv")
 
@@ -81,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive, default=60,
                         help="seconds a worker may stay silent before gunicorn restarts it "
                              "(default: 60)")
-    parser.add_argument("--graceful-timeout", type=_positive, default=30,
-                        help="seconds workers get to finish their events on shutdown "
-                             "(default: 30)")
+    parser.add_argument("--graceful-timeout", type=_positive, default=GRACEFUL_TIMEOUT,
+                        help="seconds workers get to finish their events on shutdown; keep it "
+                             "below the pod's terminationGracePeriodSeconds, or the kubelet "
+                             f"kills them first (default: {GRACEFUL_TIMEOUT})")
     parser.add_argument("--log-level", default=os.environ.get("EVENTOP_LOG_LEVEL", "info"),
                         choices=["debug", "info", "warning", "error", "critical"],
                         help="log level (default: $EVENTOP_LOG_LEVEL or info)")

@@ -39,7 +39,7 @@ class ServerOptions:
     workers: int = 2
     threads: int = 4
     timeout: int = 60
-    graceful_timeout: int = 30
+    graceful_timeout: int = 25  # below Kubernetes' default termination grace period (30 s)
     keepalive: int = 5
     log_level: str = "info"
     metrics_dir_owned: str | None = None  # a temp dir we created and remove on exit

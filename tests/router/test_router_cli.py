@@ -10,6 +10,8 @@ import pytest
 from router import __main__ as cli
 from router.server import ServerOptions
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _unset_but_restored(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Unset ``name`` now and put back its current state (set or unset) after the test,
@@ -89,6 +91,22 @@ def test_defaults_are_port_8080_two_workers(monkeypatch: pytest.MonkeyPatch) -> 
     [options] = served
     assert (options.port, options.workers, options.threads) == (8080, 2, 4)
     assert options.host == ("0.0.0.0" if cli.in_container() else "127.0.0.1")
+
+
+def test_workers_finish_before_the_kubelet_kills_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gunicorn's graceful shutdown must end inside the pod's termination grace period."""
+    import yaml
+
+    served: list[ServerOptions] = []
+    monkeypatch.setattr("router.server.serve", served.append)
+    _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
+    cli.main([])
+    [options] = served
+    [deployment] = [d for d in yaml.safe_load_all((REPO / "deploy" / "router.yaml").read_text())
+                    if d and d["kind"] == "Deployment"]
+    grace = deployment["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    assert options.graceful_timeout < grace
+    assert ServerOptions(host="127.0.0.1", port=1).graceful_timeout < 30  # Kubernetes' default
 
 
 def test_invalid_port_variable_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,12 +98,8 @@ def parse_lowered(lowered: dict[str, str], body: bytes) -> Event:
 
 def _binary(headers: dict[str, str], body: bytes) -> Event:
     known = {a: headers[f"ce-{a}"] for a in ("id", "type") if headers.get(f"ce-{a}")}
-    missing = [a for a in REQUIRED if not headers.get(f"ce-{a}", "").strip()]
-    if missing:
-        names = ", ".join(f"'{a}' (header ce-{a})" for a in missing)
-        raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
-                       known)
-    _check_specversion(headers["ce-specversion"], known)
+    _check_required([a for a in REQUIRED if not headers.get(f"ce-{a}", "").strip()],
+                    headers.get("ce-specversion"), known, in_headers=True)
     ce = _sdk_parse(headers, body, known, headers.get("ce-time"))
     data = ce.get_data()
     given = ce.get_datacontenttype()
@@ -128,12 +124,8 @@ def _structured(headers: dict[str, str], body: bytes) -> Event:
         raise BadEvent(400, f"structured-mode body must be a JSON object with the event's "
                             f"attributes, got {type(doc).__name__}")
     known = {a: doc[a] for a in ("id", "type") if isinstance(doc.get(a), str) and doc[a]}
-    missing = [a for a in REQUIRED if doc.get(a) in (None, "")]
-    if missing:
-        names = ", ".join(f"'{a}'" for a in missing)
-        raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
-                       known)
-    _check_specversion(doc["specversion"], known)
+    _check_required([a for a in REQUIRED if doc.get(a) in (None, "")], doc.get("specversion"),
+                    known, in_headers=False)
     ce = _sdk_parse(headers, body, known, doc.get("time"))
     data = ce.get_data()
     content_type = ce.get_datacontenttype() or JSONFormat.DEFAULT_CONTENT_TYPE
@@ -146,9 +138,16 @@ def _structured(headers: dict[str, str], body: bytes) -> Event:
     return _to_event(ce, data, known)
 
 
-def _check_specversion(value: Any, known: dict[str, Any]) -> None:
-    if value != SPECVERSION:
-        raise BadEvent(400, f"unsupported specversion {value!r}: this router accepts "
+def _check_required(missing: list[str], specversion: Any, known: dict[str, Any], *,
+                    in_headers: bool) -> None:
+    """Refuse an event lacking a required attribute (the SDK would invent an id) or of
+    another CloudEvents version; ``in_headers`` names the binary-mode header to fix."""
+    if missing:
+        names = ", ".join(f"'{a}' (header ce-{a})" if in_headers else f"'{a}'" for a in missing)
+        raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {names}",
+                       known)
+    if specversion != SPECVERSION:
+        raise BadEvent(400, f"unsupported specversion {specversion!r}: this router accepts "
                             f"CloudEvents {SPECVERSION}", known)
 
 

@@ -40,6 +40,9 @@ def _requirement(req: str) -> Callable[[dict[str, str]], bool]:
     if m:
         key, op, raw = m.group(1), m.group(2), m.group(3)
         values = {v.strip() for v in raw.split(",") if v.strip()}
+        if not values:  # as apimachinery's labels.Parse refuses it
+            raise bad_request(f"unable to parse requirement: for 'in', 'notin' operators, "
+                              f"values set can't be empty: {req!r}")
         if op == "in":
             return lambda labels: labels.get(key) in values
         return lambda labels: labels.get(key) not in values

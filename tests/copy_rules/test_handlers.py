@@ -371,3 +371,20 @@ def test_key_removed_from_the_source_is_removed_from_every_copy(h: Harness) -> N
     h.settle()
     assert data_of(h)["team-a/two-keys"] == {"keep": "1"}
     assert data_of(h)["team-b/two-keys"] == {"keep": "1"}
+
+
+def test_rule_whose_selector_the_api_server_refuses_reports_invalid_spec(h: Harness) -> None:
+    """``In`` with no values passes the CRD schema but not the API server's selector parser:
+    the rule says so in its status, makes no copy, and the other rules still converge."""
+    bad = copy_rule("bad-rule")
+    bad["spec"]["selector"] = {"matchExpressions": [
+        {"key": "copyrator", "operator": "In", "values": []}]}
+    h.world_put(bad)
+    h.settle()
+    status = h.rule("bad-rule")["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "spec.selector" in status["lastError"]
+    assert {o["metadata"]["annotations"][desired.RULE_ANNOTATION]
+            for o in h.copies().values()} == {"main-rule"}
+    assert h.rule("main-rule")["status"]["copies"] == 2

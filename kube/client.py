@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 from prometheus_client import Counter
 
 from kube import errors
+from kube.objects import status_changed
 from kube.resources import Resource, ResourceTable
 
 log = logging.getLogger("eventop.kube")
@@ -256,6 +257,24 @@ class Kube:
         meta = obj["metadata"]
         return self.patch(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
                           {"status": status}, subresource="status")
+
+    def patch_status_if_changed(self, obj: Obj, status: Obj) -> bool:
+        """:meth:`patch_status` unless every key of ``status`` already holds that value in
+        ``obj`` (as read). True if written; False if unchanged or the object is gone.
+
+        Every write is an event for every watcher, eventop's own included: a reconcile that
+        changed nothing must write nothing, or it would trigger itself forever.
+        """
+        if not status_changed(obj.get("status") or {}, status):
+            return False
+        try:
+            self.patch_status(obj, status)
+        except errors.NotFound:
+            meta = obj["metadata"]
+            log.info("%s %s is gone; status not written", obj.get("kind"),
+                     "/".join(filter(None, (meta.get("namespace"), meta["name"]))))
+            return False
+        return True
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
                uid: str | None = None, propagation: str = "Background") -> bool:

@@ -85,6 +85,11 @@ def set_condition(conditions: list[Obj] | None, type_: str, status: bool | str, 
     return sorted(result, key=lambda c: str(c.get("type")))
 
 
+def status_changed(old: Obj, new: Obj) -> bool:
+    """Would merge-patching ``new`` into a status ``old`` change anything?"""
+    return any(old.get(key) != value for key, value in new.items())
+
+
 def label_selector_string(selector: Obj | None) -> str:
     """A metav1.LabelSelector as the query string the API server understands.
 

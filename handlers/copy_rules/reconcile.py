@@ -250,7 +250,7 @@ def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None, *,
         desired = {s: o for s, o in desired_copies(rule, sources, namespaces).items()
                    if scope.covers(s)}
     except SpecError as exc:
-        _write_status(kube, rule, _invalid_status(rule, str(exc)))
+        kube.patch_status_if_changed(rule, _invalid_status(rule, str(exc)))
         raise
     result.sources = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
     existing, prunable = _existing(rule, scope, desired, reads)
@@ -403,17 +403,6 @@ def _invalid_status(rule: Obj, message: str) -> Obj:
     return status
 
 
-def _write_status(kube: Any, rule: Obj, status: Obj) -> bool:
-    """Patch status only when it differs (every write is an event for every watcher)."""
-    if status == (rule.get("status") or {}):
-        return False
-    try:
-        kube.patch_status(rule, status)
-    except errors.NotFound:
-        return False  # the rule was deleted meanwhile
-    return True
-
-
 def _count_in_sync_copies(rule: Obj, reads: Reads) -> tuple[int, int]:
     """(sources, copies in sync) across the whole rule, for reconciles that saw only a part:
     one list per source namespace and one label-selector list of the copies."""
@@ -483,7 +472,7 @@ def _update_status(kube: Any, rule: Obj, scope: Scope, result: Result, reads: Re
         ready = (True, "Synced", f"{copies} copies of {sources} sources in sync")
     status["conditions"] = set_condition(old.get("conditions"), "Ready", ready[0], ready[1],
                                          ready[2], now_rfc3339(), generation)
-    result.status_written = _write_status(kube, rule, status)
+    result.status_written = kube.patch_status_if_changed(rule, status)
     _warn_conflicts(kube, rule, newly)
 
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from handlers.exchange_rates.provider import ProviderError, Quote
 from kube import now_rfc3339, objects
-from kube.errors import NotFound
 
 log = logging.getLogger("eventop.exchange_rates")
 
@@ -161,7 +160,7 @@ def converge(kube: Any, cr: Obj, outcome: Quote | ProviderError) -> Result:
             (cr.get("status") or {}).get("conditions"), "Ready", True, "RateFetched",
             message, outcome.fetched_at, meta.get("generation")),
     }
-    wrote_status = _write_status(kube, cr, status)
+    wrote_status = kube.patch_status_if_changed(cr, status)
     return Result(meta["name"], True, wrote, wrote_status,
                   message + ("" if wrote else " (ConfigMap unchanged)"))
 
@@ -177,22 +176,8 @@ def _fail(kube: Any, cr: Obj, reason: str, message: str) -> Result:
             (cr.get("status") or {}).get("conditions"), "Ready", False, reason, message,
             now_rfc3339(), meta.get("generation")),
     }
-    wrote_status = _write_status(kube, cr, status)
+    wrote_status = kube.patch_status_if_changed(cr, status)
     return Result(meta["name"], False, False, wrote_status, f"{reason}: {message}")
-
-
-def _write_status(kube: Any, cr: Obj, status: Obj) -> bool:
-    """Merge-patch status if any field differs; a CR deleted meanwhile is not an error."""
-    current = cr.get("status") or {}
-    if all(current.get(k) == v for k, v in status.items()):
-        return False
-    try:
-        kube.patch_status(cr, status)
-    except NotFound:
-        log.info("ExchangeRate %s/%s is gone; status not written", cr["metadata"]["namespace"],
-                 cr["metadata"]["name"])
-        return False
-    return True
 
 
 def is_converged(kube: Any, cr: Obj) -> bool:

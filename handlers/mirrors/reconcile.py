@@ -15,7 +15,7 @@ from typing import Any
 
 from handlers.mirrors import build
 from handlers.mirrors.build import API_VERSION, KIND, MirrorSpec, Names, SpecError
-from kube import Forbidden, Invalid, Kube, NotFound, is_owned_by, now_rfc3339, set_condition
+from kube import Forbidden, Invalid, Kube, is_owned_by, now_rfc3339, set_condition
 from kube.objects import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("eventop.handlers.mirrors")
@@ -125,10 +125,6 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
     }
 
 
-def status_changed(old: Obj, new: Obj) -> bool:
-    return any(old.get(key) != new.get(key) for key in new)
-
-
 # -- API-facing steps ---------------------------------------------------------------
 
 
@@ -148,14 +144,9 @@ def _workloads(kube: Kube, mirror: Obj) -> tuple[Obj | None, Obj | None]:
 
 
 def _write_status(kube: Kube, mirror: Obj, status: Obj) -> bool:
-    old = mirror.get("status") or {}
-    if not status_changed(old, status):
-        return False
-    try:
-        kube.patch_status(mirror, status)
-    except NotFound:  # deleted meanwhile: nothing left to report on
-        return False
-    _report_transition(kube, mirror, old, status)
+    if not kube.patch_status_if_changed(mirror, status):
+        return False  # unchanged, or deleted meanwhile: nothing left to report on
+    _report_transition(kube, mirror, mirror.get("status") or {}, status)
     return True
 
 

@@ -29,7 +29,8 @@ Obj = dict[str, Any]
 
 KUBE_METHODS = frozenset({
     "get", "get_or_none", "list", "list_with_version", "iter_watch", "apply", "create",
-    "replace", "patch", "patch_status", "delete", "post_event", "request", "ping"})
+    "replace", "patch", "patch_status", "patch_status_if_changed", "delete", "post_event",
+    "request", "ping"})
 
 
 @dataclass(frozen=True, order=True)

@@ -233,6 +233,12 @@ class RouterScenarios:
         self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rbac-race"}},
                  change="add")
         assert someone_else_first not in recorder.interceptors, "no copy into rbac-race"
+        # A selector only the API server refuses (In with no values): InvalidSpec status.
+        self.put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                  "metadata": {"name": "rbac-invalid"},
+                  "spec": {"ruleType": "configmap", "namespaces": ["default"], "selector": {
+                      "matchExpressions": [{"key": "a", "operator": "In", "values": []}]}}},
+                 change="add")
 
     def mirror_credentials_resize_and_reference_mode(self, recorder: KubeRecorder) -> None:
         """A mirror whose credentials Secret is missing (Warning Event) and then appears
@@ -436,7 +442,7 @@ def test_router_scenarios_exercised_every_handler_kind(router_trace: KubeRecorde
 
 def test_static_scan_finds_calls_through_self_kube() -> None:
     rel = [s for s in kube_call_sites("handlers") if isinstance(s, Site)]
-    assert {s.method for s in rel} >= {"get_or_none", "list", "apply", "patch_status"}
+    assert {s.method for s in rel} >= {"get_or_none", "list", "apply", "patch_status_if_changed"}
 
 
 # -- access mapping --------------------------------------------------------------------------

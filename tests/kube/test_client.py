@@ -47,3 +47,19 @@ def test_event_about_an_object_with_a_253_character_name_is_recorded(kube: Kube)
               if e["involvedObject"]["name"] == name]
     assert [e["count"] for e in events] == [2]
     assert len(events[0]["metadata"]["name"]) <= 253
+
+
+def test_status_is_patched_only_when_a_key_differs_and_a_gone_object_is_no_error(
+        kube: Kube, local_kube) -> None:
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fx"}})
+    rate = local_kube.put({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                           "metadata": {"name": "usd", "namespace": "fx"},
+                           "spec": {"currency": "USD"}})
+    assert kube.patch_status_if_changed(rate, {"rate": "1.08"})
+    rate = kube.get("eventop.dev/v1", "ExchangeRate", "usd", "fx")
+    version = rate["metadata"]["resourceVersion"]
+    assert not kube.patch_status_if_changed(rate, {"rate": "1.08"})
+    assert kube.get("eventop.dev/v1", "ExchangeRate", "usd", "fx")["metadata"][
+        "resourceVersion"] == version
+    local_kube.remove("eventop.dev/v1", "ExchangeRate", "usd", "fx")
+    assert not kube.patch_status_if_changed(rate, {"rate": "1.09"})

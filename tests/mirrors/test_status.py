@@ -13,8 +13,8 @@ from handlers.mirrors.reconcile import (
     foreign_objects,
     host_port_conflict,
     plan_pvc,
-    status_changed,
 )
+from kube.objects import status_changed
 
 Obj = dict[str, Any]
 NOW = "2026-11-21T08:00:00Z"

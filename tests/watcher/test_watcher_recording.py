@@ -23,8 +23,7 @@ def test_directories_merge_into_one_timeline_by_resource_version() -> None:
     assert len(events) == 23  # 10 + 7 + 2 + 4 changes, bookmarks left out
     assert {c for c, _ in events} == {"add", "update", "delete"}
     assert events[0][0] == "add" and events[0][1]["metadata"]["name"] == "team-a"
-    assert events[-1] == ("delete", events[-1][1])
-    assert events[-1][1]["kind"] == "CopyRule"
+    assert events[-1][0] == "delete" and events[-1][1]["kind"] == "CopyRule"
 
 
 def test_files_and_directories_can_be_mixed() -> None:

@@ -9,6 +9,8 @@ from cloudevents.core.bindings.http import to_binary, to_structured
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from handlers.events import kube_extensions
+
 # Event types of the handlers in tests/router/recording_handlers.py (loaded by router processes
 # only, so the test process never registers them).
 RECORD_ENV = "EVENTOP_TEST_RECORD"
@@ -51,17 +53,13 @@ def kube_event(change: str, obj: dict[str, Any], *, id_: str | None = None,
                mode: str = "resource") -> CloudEvent:
     """What ApiServerSource (or our watcher) sends for one change of ``obj``."""
     meta = obj.get("metadata") or {}
-    ext = {"kind": obj.get("kind", ""), "name": meta.get("name", ""),
-           "apiversion": obj.get("apiVersion", "")}
-    if meta.get("namespace"):
-        ext["namespace"] = meta["namespace"]
     data: dict[str, Any] = obj
     if mode == "ref":
         data = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                 **({"namespace": meta["namespace"]} if meta.get("namespace") else {})}
     return cloudevent(f"dev.knative.apiserver.{mode}.{change}", data,
                       id_=id_ or f"{meta.get('uid')}/{meta.get('resourceVersion')}/{change}",
-                      source="https://10.96.0.1:443", extensions=ext)
+                      source="https://10.96.0.1:443", extensions=kube_extensions(obj))
 
 
 def binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:

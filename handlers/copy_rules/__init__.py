@@ -26,6 +26,7 @@ from handlers.copy_rules.desired import (
     KIND,
     RULE_LABEL,
     SpecError,
+    is_terminating,
     may_target,
     rule_kind,
     rule_label_value,
@@ -72,8 +73,7 @@ def on_namespace(event: Event, kube: Any) -> str:
                    and _valid(r) and refresh_status(kube, r, reads)]
         return (f"namespace {ref.name} is gone with its copies; status recounted for "
                 f"{', '.join(written) or 'no rule'}")
-    if namespace["metadata"].get("deletionTimestamp") or \
-            (namespace.get("status") or {}).get("phase") == "Terminating":
+    if is_terminating(namespace):
         return f"namespace {ref.name} is terminating: skipped"
     return _each_rule(kube, list_rules(kube), lambda rule: Scope(namespace=ref.name), reads)
 

@@ -34,6 +34,7 @@ from kube.objects import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     content_hash,
+    is_owned_by,
     label_value,
     owner_reference,
     selector_matches,
@@ -102,8 +103,7 @@ def is_terminating(namespace: Obj) -> bool:
 def owned_by(obj: Obj, rule: Obj) -> bool:
     """The ownership rule (module docstring): an ownerReference to this rule's uid."""
     uid = (rule.get("metadata") or {}).get("uid")
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+    return bool(uid) and is_owned_by(obj, uid)
 
 
 def adoptable(obj: Obj, rule: Obj) -> bool:

@@ -166,11 +166,7 @@ def rule_sources(rule: Obj, scope: Scope, reads: Reads) -> list[Obj]:
                 candidates = reads.listed(kind, ns, label_selector=selector)
             except errors.Invalid as exc:  # e.g. an In expression with no values
                 raise SpecError(f"spec.selector is refused by the API server: {exc}") from None
-        for obj in candidates:
-            obj.setdefault("kind", kind)
-            obj.setdefault("apiVersion", "v1")
-            if is_source(rule, obj):
-                found.append(obj)
+        found += [obj for obj in candidates if is_source(rule, obj)]
     return found
 
 
@@ -207,8 +203,6 @@ def _existing(rule: Obj, scope: Scope, desired: dict[Slot, Obj],
             found += reads.listed(kind, None, field_selector=f"metadata.name={name}")
     existing: dict[Slot, Obj] = {}
     for obj in found:
-        obj.setdefault("kind", kind)
-        obj.setdefault("apiVersion", "v1")
         slot = _slot(obj)
         if scope.covers(slot) and slot in desired:
             existing[slot] = obj
@@ -410,8 +404,6 @@ def _count_in_sync_copies(rule: Obj, reads: Reads) -> tuple[int, int]:
     winners = winning_sources(rule, sources)
     count = 0
     for copy in reads.listed(rule_kind(rule), None, label_selector=copies_selector(rule)):
-        copy.setdefault("kind", rule_kind(rule))
-        copy.setdefault("apiVersion", "v1")
         meta = copy["metadata"]
         src = winners.get(meta["name"])
         if (src is not None and owned_by(copy, rule) and not meta.get("deletionTimestamp")

@@ -341,8 +341,6 @@ def reconcile(kube: Kube, namespace: str, name: str, *,
         return f"RegistryMirror {namespace}/{name} is gone; its objects go with it (GC)"
     if mirror["metadata"].get("deletionTimestamp"):
         return f"RegistryMirror {namespace}/{name} is being deleted"
-    mirror.setdefault("apiVersion", API_VERSION)
-    mirror.setdefault("kind", KIND)
     try:
         spec = build.parse_spec(mirror)
     except SpecError as exc:
@@ -393,8 +391,6 @@ def refresh_status(kube: Kube, namespace: str, name: str) -> str:
     mirror = kube.get_or_none(API_VERSION, KIND, name, namespace)
     if mirror is None or mirror["metadata"].get("deletionTimestamp"):
         return f"RegistryMirror {namespace}/{name} is gone or going; no status to refresh"
-    mirror.setdefault("apiVersion", API_VERSION)
-    mirror.setdefault("kind", KIND)
     sts, ds = _workloads(kube, mirror)
     status = compute_status(mirror, sts, ds, problems=None, now=now_rfc3339())
     written = _write_status(kube, mirror, status)

@@ -400,7 +400,8 @@ def refresh_status(kube: Kube, namespace: str, name: str) -> str:
 def reconcile_conflicted(kube: Kube, mirrors: list[Obj], *, skip_uid: str | None) -> list[str]:
     """Reconcile every mirror currently held back by a HostPortConflict: a change of
     another mirror (deleted, or moved to another port) may have freed its port, and no
-    event of its own would tell it."""
+    event of its own would tell it. ``mirrors`` is a fresh list of every mirror: the claims
+    it holds (spec, creation, deletion) are not changed by reconciling, so it serves all."""
     results = []
     for m in mirrors:
         meta = m.get("metadata") or {}
@@ -409,5 +410,5 @@ def reconcile_conflicted(kube: Kube, mirrors: list[Obj], *, skip_uid: str | None
             continue
         if cond.get("status") != "True":
             continue
-        results.append(reconcile(kube, meta["namespace"], meta["name"]))
+        results.append(reconcile(kube, meta["namespace"], meta["name"], mirrors=mirrors))
     return results

@@ -313,7 +313,11 @@ def test_the_later_mirror_on_a_taken_host_port_creates_nothing_until_it_is_free(
     assert condition(world, "docker-hub", "Degraded")["status"] == "False"
     # the first one goes away: its delete event frees the port for the later one
     world.remove("eventop.dev/v1", "RegistryMirror", "docker-hub", NS)
+    seen = len(world.requests)
     mirror_event(world, kube, "docker-hub", "delete")
+    mirror_lists = [r for r in world.requests[seen:]
+                    if r[0] == "GET" and r[1] == "/apis/eventop.dev/v1/registrymirrors"]
+    assert len(mirror_lists) == 1  # one list serves the held-back mirrors' reconciles too
     assert len(owned_objects(world, "quay")) == 5
     assert condition(world, "quay", "Degraded")["status"] == "False"
     assert status_of(world, "quay")["endpoint"] == "localhost:5001"

@@ -53,8 +53,9 @@ def check_after(change: str, obj: Obj, get: Any, seen: dict[str, list[str]]) -> 
     seen.setdefault(name, []).append(f"{currency}={cm['data']['rate']}")
 
 
-def test_replay_dispatched_in_process(registry: Registry, kube: Any, local_kube: Any,
-                                      rates_client: Any, requests_mock: rm.Mocker) -> None:
+def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_rates(
+        registry: Registry, kube: Any, local_kube: Any, rates_client: Any,
+        requests_mock: rm.Mocker) -> None:
     requests_mock.get(f"{BASE_URL}/latest?from=EUR",
                       content=answer("EUR", "2026-11-20", **RATES["EUR"]))
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -97,7 +98,8 @@ def pipeline_env(standin: RatesStandIn) -> dict[str, str]:
     return {"RATES_API_URL": standin.url, "EVENTOP_BUILTIN_HANDLERS": "exchange_rates"}
 
 
-def test_replay_through_the_pipeline(pipeline: Any, standin: RatesStandIn) -> None:
+def test_recorded_session_through_the_router_converges_and_replays_write_nothing_new(
+        pipeline: Any, standin: RatesStandIn) -> None:
     pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     get = pipeline.local_kube.get
     seen: dict[str, list[str]] = {}

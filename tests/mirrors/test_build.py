@@ -284,7 +284,8 @@ def test_credentials_come_from_the_secret_and_roll_the_pod_when_it_changes() -> 
     (None, "168h", "true"), ("168h", "168h", "true"), ("1h30m", "1h30m", "true"),
     ("0", "0s", "false"), ("0s", "0s", "false"), ("0h0m", "0s", "false"),
 ])
-def test_ttl_and_storage_delete(ttl: str | None, env_ttl: str, delete_enabled: str) -> None:
+def test_ttl_sets_proxy_expiry_and_storage_deletes_only_when_entries_expire(
+        ttl: str | None, env_ttl: str, delete_enabled: str) -> None:
     m = mirror() if ttl is None else mirror(ttl=ttl)
     env = env_of(parts(m)[3])
     assert env["REGISTRY_PROXY_TTL"]["value"] == env_ttl

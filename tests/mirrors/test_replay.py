@@ -116,7 +116,8 @@ def dispatch_ok(registry: Registry, kube: Any, event: Event) -> None:
     assert not failed, [o.detail for o in failed]
 
 
-def test_replay_dispatched_in_process(registry: Registry, local_kube: Any, kube: Any) -> None:
+def test_recorded_session_in_process_leaves_each_mirrors_objects_and_status(
+        registry: Registry, local_kube: Any, kube: Any) -> None:
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
     for obj in load_initial(PATHS):
@@ -140,7 +141,8 @@ def pipeline_env() -> dict[str, str]:
     return {"EVENTOP_BUILTIN_HANDLERS": "mirrors"}
 
 
-def test_replay_through_the_pipeline(pipeline: Any) -> None:
+def test_recorded_session_through_the_router_converges_and_replays_rewrite_nothing(
+        pipeline: Any) -> None:
     pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     local_kube = pipeline.local_kube
     seen: dict[str, list[str]] = {}

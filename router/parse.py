@@ -67,17 +67,13 @@ def headers_from_environ(environ: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def parse_request(headers: Mapping[str, str], body: bytes) -> Event:
+def parse_lowered(lowered: dict[str, str], body: bytes) -> Event:
     """Parse a binary-mode (``ce-*`` headers) or structured-mode CloudEvent.
 
-    Raises :class:`BadEvent` with 415 for a content type that is neither, and 400 for a
-    malformed event.
+    Header names must be lower-case (as :func:`headers_from_environ` gives them). Raises
+    :class:`BadEvent` with 415 for a content type that is neither, and 400 for a malformed
+    event.
     """
-    return parse_lowered({k.lower(): v for k, v in headers.items()}, body)
-
-
-def parse_lowered(lowered: dict[str, str], body: bytes) -> Event:
-    """:func:`parse_request` for headers whose names are already lower-case."""
     if any(k.startswith("ce-") for k in lowered):
         return _binary(lowered, body)
     content_type = lowered.get("content-type", "")

@@ -68,6 +68,12 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def get_condition(status: Obj | None, type_: str) -> Obj | None:
+    """The condition of type ``type_`` in a status, or None."""
+    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_),
+                None)
+
+
 def set_condition(conditions: list[Obj] | None, type_: str, status: bool | str, reason: str,
                   message: str, now: str, observed_generation: int | None = None) -> list[Obj]:
     """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change."""

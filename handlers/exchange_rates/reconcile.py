@@ -190,7 +190,7 @@ def is_converged(kube: Any, cr: Obj) -> bool:
     meta, status = cr["metadata"], cr.get("status") or {}
     if status.get("observedGeneration") != meta.get("generation"):
         return False
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = objects.get_condition(status, "Ready")
     if ready is None or ready.get("status") != "True":
         return False
     cm = kube.get_or_none("v1", "ConfigMap", meta["name"], meta["namespace"])

@@ -16,7 +16,7 @@ from typing import Any
 from handlers.mirrors import build
 from handlers.mirrors.build import API_VERSION, KIND, MirrorSpec, Names, SpecError
 from kube import Forbidden, Invalid, Kube, is_owned_by, now_rfc3339, set_condition
-from kube.objects import MANAGED_BY, MANAGED_BY_LABEL
+from kube.objects import MANAGED_BY, MANAGED_BY_LABEL, get_condition
 
 log = logging.getLogger("eventop.handlers.mirrors")
 
@@ -36,10 +36,6 @@ class Problem:
 
 
 # -- pure status computation ---------------------------------------------------------
-
-
-def _condition(status: Obj, type_: str) -> Obj | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
 
 
 def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
@@ -113,7 +109,7 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
         else:
             conditions = set_condition(conditions, DEGRADED, False, "Reconciled",
                                        "all objects applied", now, generation)
-    degraded = next((c for c in conditions if c.get("type") == DEGRADED), None)
+    degraded = get_condition({"conditions": conditions}, DEGRADED)
     ok, reason, message = ready_condition(names, sts, ds, degraded)
     conditions = set_condition(conditions, READY, ok, reason, message, now, observed)
     port = _ds_host_port(ds) if ds is not None else None
@@ -155,8 +151,8 @@ def _report_transition(kube: Kube, mirror: Obj, old: Obj, new: Obj) -> None:
 
     Only on transitions, so a mirror stuck on a problem does not bump an Event per event.
     """
-    before = _condition(old, DEGRADED) or {}
-    after = _condition(new, DEGRADED) or {}
+    before = get_condition(old, DEGRADED) or {}
+    after = get_condition(new, DEGRADED) or {}
     if after.get("status") == "True" and (
             before.get("status") != "True" or before.get("reason") != after.get("reason")
             or before.get("message") != after.get("message")):
@@ -405,7 +401,7 @@ def reconcile_conflicted(kube: Kube, mirrors: list[Obj], *, skip_uid: str | None
     results = []
     for m in mirrors:
         meta = m.get("metadata") or {}
-        cond = _condition(m.get("status") or {}, DEGRADED) or {}
+        cond = get_condition(m.get("status"), DEGRADED) or {}
         if meta.get("uid") == skip_uid or cond.get("reason") != HOST_PORT_CONFLICT:
             continue
         if cond.get("status") != "True":

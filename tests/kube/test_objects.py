@@ -51,3 +51,13 @@ def test_label_value_keeps_valid_values_and_shortens_long_ones_without_collision
         assert len(value) <= 63 and LABEL_VALUE.match(value) and value.startswith("aaaa")
     assert label_value(long_a) != label_value(long_b)
     assert standard_labels("n", long_a, "c")["app.kubernetes.io/instance"] == label_value(long_a)
+
+
+def test_get_condition_finds_by_type_and_is_none_when_absent():
+    from kube.objects import get_condition
+
+    conditions = set_condition(None, "Ready", True, "Ok", "", "t1")
+    conditions = set_condition(conditions, "Degraded", False, "Fine", "", "t1")
+    assert get_condition({"conditions": conditions}, "Degraded")["reason"] == "Fine"
+    assert get_condition({"conditions": conditions}, "Stalled") is None
+    assert get_condition(None, "Ready") is None

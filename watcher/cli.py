@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
           "parallel deliveries (events of one object are always sent one after another)", int)
     _flag(run, "--queue-size", "EVENTOP_QUEUE_SIZE", 1000,
           "events buffered before the watch stops reading (back-pressure)", int)
+    _flag(run, "--max-error-attempts", "EVENTOP_MAX_ERROR_ATTEMPTS", 8,
+          "attempts at an event the router answers 500 (a handler failed) before giving it up "
+          "so the events queued behind it move on; the next resync sends the object again "
+          "(0: forever; 503 and connection failures are always retried)", int)
     _flag(run, "--source", "EVENTOP_SOURCE", None,
           "CloudEvent source attribute (default: the API server URL)")
     _flag(run, "--metrics-port", "EVENTOP_METRICS_PORT",
@@ -157,7 +161,8 @@ def _configure_logging(level: str) -> None:
 
 def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
     return RetryPolicy(Backoff(args.backoff_base, args.backoff_max),
-                       (5.0, args.sink_timeout), max_attempts)
+                       (5.0, args.sink_timeout), max_attempts,
+                       max_error_attempts=getattr(args, "max_error_attempts", 0))
 
 
 def _need_sink(args: argparse.Namespace) -> str:

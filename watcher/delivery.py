@@ -15,6 +15,14 @@ Why it is shaped like this:
   and jitter, honouring ``Retry-After``. Any other 4xx means the sink will never take this
   event: it is given up, loudly (an ERROR line with the event id and the sink's answer).
   Event data is never logged: it may be a Secret.
+* **One broken event must not stall the others.** A lane retries its event before it posts
+  the next, so an event the router keeps failing would hold back every object sharing its
+  lane, then fill the buffer and stop the watch altogether. A ``500`` is the router saying a
+  handler failed (a bug, a missing RBAC rule, an object the API server refuses), which may
+  never heal by itself; it is retried ``max_error_attempts`` times and then given up, loudly.
+  That is not a lost change: the next periodic resync sends the object again, and handlers
+  are level-triggered. ``503`` (Kubernetes API unavailable) and the other transient answers
+  above heal when the outage ends and are retried without limit.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ EVENTS_DELIVERED = Counter("eventop_watcher_events_delivered_total",
 DELIVERY_RETRIES = Counter("eventop_watcher_delivery_retries_total",
                            "Delivery attempts that failed and were retried, by cause", ["cause"])
 DELIVERY_FAILURES = Counter("eventop_watcher_delivery_failures_total",
-                            "CloudEvents given up because the sink refused them (4xx)", ["code"])
+                            "CloudEvents given up: refused by the sink (4xx) or failing in its "
+                            "handlers (500) past --max-error-attempts", ["code"])
 QUEUE_DEPTH = Gauge("eventop_watcher_queue_depth",
                     "CloudEvents waiting for or in delivery (bounded by --queue-size)")
 
@@ -68,6 +77,7 @@ class RetryPolicy:
     timeout: tuple[float, float] = (5.0, 30.0)  # connect, read: a hanging sink is a failure
     max_attempts: int = 0  # 0: retry transient failures forever (the watcher's setting)
     max_retry_after: float = 300.0
+    max_error_attempts: int = 8  # attempts at an event answered 500 (handler failed); 0: forever
 
 
 @dataclass
@@ -147,6 +157,14 @@ def post(session: requests.Session, sink: str, item: Outgoing, policy: RetryPoli
         if policy.max_attempts and attempt >= policy.max_attempts:
             log.error("event %s not delivered to %s after %d attempts: %s", item.event_id, sink,
                       attempt, detail, extra={"fields": {"event_id": item.event_id}})
+            return Result(False, status, attempt, detail)
+        if status == 500 and policy.max_error_attempts and attempt >= policy.max_error_attempts:
+            DELIVERY_FAILURES.labels(str(status)).inc()
+            log.error("sink %s failed to handle event %s (%s %s) %d times, last with HTTP 500: "
+                      "%s; giving up so that the events behind it are delivered (see the "
+                      "router's log for the handler error; the next resync sends the object "
+                      "again)", sink, item.event_id, item.kind, item.type, attempt, detail,
+                      extra={"fields": {"event_id": item.event_id, "status": status}})
             return Result(False, status, attempt, detail)
         delay = policy.backoff.delay(attempt - 1)
         if wait is not None:

@@ -146,3 +146,29 @@ def test_stop_reports_what_was_left_undelivered() -> None:
     left = d.stop(drain_seconds=0.2)
     assert left == 3
     assert not d.submit(_item("a", 4), timeout=0.1)
+
+
+def test_event_the_handlers_keep_failing_is_given_up_so_its_lane_moves_on(
+        sink, caplog: pytest.LogCaptureFixture) -> None:
+    sink.fail(3, 500)
+    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 5.0), max_error_attempts=3)
+    d = Deliverer(sink.url, lanes=1, queue_size=10, policy=policy).start()
+    try:
+        with caplog.at_level(logging.ERROR, "eventop.watcher"):
+            assert d.submit(_item("broken", 1), timeout=1)
+            assert d.submit(_item("healthy", 1), timeout=1)  # same lane, behind it
+            assert d.join(10)
+    finally:
+        d.stop()
+    assert sink.attempts == 4 and sink.ids() == ["uid-healthy/1/update"]
+    assert d.delivered == 1
+    assert "uid-broken/1/update" in caplog.text and "giving up" in caplog.text
+    assert "resync sends the object again" in caplog.text
+
+
+def test_unavailable_api_is_retried_past_the_handler_error_limit(sink) -> None:
+    sink.fail(4, 503)
+    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 5.0), max_error_attempts=2)
+    with requests.Session() as s:
+        result = post(s, sink.url, _item("a", 1), policy)
+    assert result.ok and result.attempts == 5

@@ -22,8 +22,7 @@ from handlers.events import REFRESH_TYPE, Event
 from handlers.registry import Registry
 from tests.exchange_rates.conftest import BASE_URL, assert_ok, dispatch
 from tests.exchange_rates.standin import RatesStandIn, answer
-from tests.support.pipeline import world_copy
-from watcher.recording import load_initial, load_recording
+from tests.support.pipeline import replay_recording, world_copy
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
@@ -60,17 +59,12 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
                       content=answer("EUR", "2026-11-20", **RATES["EUR"]))
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
-    for obj in load_initial(PATHS):
-        local_kube.put(world_copy(obj))
-        assert_ok(dispatch(registry, kube, Event.for_object("add", obj)))
-    for change, obj in load_recording(PATHS):
-        meta = obj["metadata"]
-        if change == "delete":
-            local_kube.remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
-        else:
-            local_kube.put(world_copy(obj))
-        assert_ok(dispatch(registry, kube, Event.for_object(change, obj)))
-        check_after(change, obj, local_kube.get, seen)
+    replay_recording(
+        PATHS, put=lambda obj: local_kube.put(world_copy(obj)), remove=local_kube.remove,
+        deliver=lambda change, obj: assert_ok(
+            dispatch(registry, kube, Event.for_object(change, obj))),
+        settle=local_kube.wait_idle,
+        after_each=lambda change, obj: check_after(change, obj, local_kube.get, seen))
 
     assert seen == {"exchange-rate-usd": ["USD=1.0812"],
                     "exchange-rate-chf": ["CHF=0.9391", "GBP=0.8352", "gone"]}

@@ -23,8 +23,7 @@ import handlers
 from handlers.events import Event
 from handlers.mirrors.build import Names
 from handlers.registry import Registry
-from tests.support.pipeline import world_copy
-from watcher.recording import load_initial, load_recording
+from tests.support.pipeline import replay_recording, world_copy
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_registrymirrors.list.json",
@@ -120,18 +119,11 @@ def test_recorded_session_in_process_leaves_each_mirrors_objects_and_status(
         registry: Registry, local_kube: Any, kube: Any) -> None:
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
-    for obj in load_initial(PATHS):
-        local_kube.put(world_copy(obj))
-        dispatch_ok(registry, kube, Event.for_object("add", obj))
-    for change, obj in load_recording(PATHS):
-        meta = obj["metadata"]
-        if change == "delete":
-            local_kube.remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
-        else:
-            local_kube.put(world_copy(obj))
-        dispatch_ok(registry, kube, Event.for_object(change, obj))
-        local_kube.wait_idle()
-        check_after(local_kube, change, obj, seen)
+    replay_recording(
+        PATHS, put=lambda obj: local_kube.put(world_copy(obj)), remove=local_kube.remove,
+        deliver=lambda change, obj: dispatch_ok(registry, kube, Event.for_object(change, obj)),
+        settle=local_kube.wait_idle,
+        after_each=lambda change, obj: check_after(local_kube, change, obj, seen))
     assert seen == EXPECTED_SEEN
     check_end_state(local_kube)
 
@@ -146,18 +138,9 @@ def test_recorded_session_through_the_router_converges_and_replays_rewrite_nothi
     pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     local_kube = pipeline.local_kube
     seen: dict[str, list[str]] = {}
-    for obj in load_initial(PATHS):
-        pipeline.world_put(obj)
-        assert pipeline.post("add", obj) in (200, 202)
-    for change, obj in load_recording(PATHS):
-        meta = obj["metadata"]
-        if change == "delete":
-            pipeline.world_remove(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
-        else:
-            pipeline.world_put(obj)
-        assert pipeline.post(change, obj) in (200, 202)
-        pipeline.settle()
-        check_after(local_kube, change, obj, seen)
+    statuses = pipeline.replay(PATHS, after_each=lambda change, obj: check_after(
+        local_kube, change, obj, seen))
+    assert statuses and all(s in (200, 202) for s in statuses), statuses
     assert seen == EXPECTED_SEEN
     check_end_state(local_kube)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from cloudevents.core.v1.event import CloudEvent
@@ -26,6 +26,7 @@ from watcher.recording import load_initial, load_recording
 
 Obj = dict[str, Any]
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
+T = TypeVar("T")
 
 
 def _recording_paths(what: str | Path | list[str | Path]) -> list[Path]:
@@ -35,6 +36,40 @@ def _recording_paths(what: str | Path | list[str | Path]) -> list[Path]:
         p = Path(item)
         paths.append(p if p.is_absolute() or p.exists() else RECORDINGS / p)
     return paths
+
+
+def replay_recording(what: str | Path | list[str | Path], *, put: Callable[[Obj], Any],
+                     remove: Callable[[str, str, str, str | None], Any],
+                     deliver: Callable[[str, Obj], T], settle: Callable[[], Any] = lambda: None,
+                     after_each: Callable[[str, Obj], None] | None = None) -> list[T]:
+    """Seed a recording's listed state, then replay its watch events in resourceVersion order.
+
+    For each event the cluster is first changed as it was when recorded (``put``; ``remove``
+    for a deletion or a namespace turning Terminating), then ``deliver(change, obj)`` hands
+    eventop the event: posted to the router, or dispatched in process. ``after_each(change,
+    obj)``, if given, runs after each watch event once ``settle()`` returned (the API server
+    finished its background work): the place for assertions about the states in between.
+    Returns what ``deliver`` returned, in order.
+    """
+    paths = _recording_paths(what)
+    answers = []
+    for obj in load_initial(paths):
+        put(obj)
+        answers.append(deliver("add", obj))
+    for change, obj in load_recording(paths):
+        meta = obj["metadata"]
+        if change == "delete":
+            remove(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        elif obj["kind"] == "Namespace" and meta.get("deletionTimestamp"):
+            remove("v1", "Namespace", meta["name"], None)
+        else:
+            put(obj)
+        answers.append(deliver(change, obj))
+        if after_each is not None:
+            settle()
+            after_each(change, obj)
+    settle()
+    return answers
 
 
 class _Pipeline:
@@ -70,33 +105,9 @@ class _Pipeline:
 
     def replay(self, what: str | Path | list[str | Path],
                after_each: Callable[[str, Obj], None] | None = None) -> list[int]:
-        """Seed the recording's listed state, then replay its watch events in order.
-
-        For each event the cluster is first changed as it was when recorded, then the
-        CloudEvent the watcher would have sent is posted. Returns the router's answers.
-        ``after_each(change, obj)``, if given, runs after each watch event once the API
-        server settled: the place for assertions about the states in between.
-        """
-        paths = _recording_paths(what)
-        statuses = []
-        for obj in load_initial(paths):
-            self.world_put(obj)
-            statuses.append(self.post("add", obj))
-        for change, obj in load_recording(paths):
-            meta = obj["metadata"]
-            if change == "delete":
-                self.world_remove(obj["apiVersion"], obj["kind"], meta["name"],
-                                  meta.get("namespace"))
-            elif obj["kind"] == "Namespace" and meta.get("deletionTimestamp"):
-                self.world_remove("v1", "Namespace", meta["name"])
-            else:
-                self.world_put(obj)
-            statuses.append(self.post(change, obj))
-            if after_each is not None:
-                self.settle()
-                after_each(change, obj)
-        self.settle()
-        return statuses
+        """:func:`replay_recording` through the router: returns the router's answers."""
+        return replay_recording(what, put=self.world_put, remove=self.world_remove,
+                                deliver=self.post, settle=self.settle, after_each=after_each)
 
     def close(self) -> None:
         self.router.stop()

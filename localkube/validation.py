@@ -116,6 +116,43 @@ def validate_labels(meta: Obj) -> list[Obj]:
     return out
 
 
+def validate_owner_references(meta: Obj) -> list[Obj]:
+    """apimachinery's ValidateOwnerReferences, for every kind: apiVersion (with a version),
+    kind, name and uid set; no Event as owner; at most one ``controller: true``.
+
+    A handler that built a reference from a Reference-mode event (no uid) is refused here as
+    on a cluster. The all-references value of the "only one controller" error is shortened
+    (the real one prints Go pointers).
+    """
+    out = []
+    field = "metadata.ownerReferences"
+    controller = ""
+    for ref in meta.get("ownerReferences") or []:
+        api_version, kind = str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
+        name, uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
+        parts = api_version.split("/")
+        has_version = len(parts) <= 2 and bool(parts[-1])
+        for key, value, ok in (("apiVersion", api_version, has_version), ("kind", kind, kind),
+                               ("name", name, name), ("uid", uid, uid)):
+            if not ok:
+                rule = "version" if key == "apiVersion" else key
+                out.append(cause("FieldValueInvalid", f"{field}.{key}",
+                                 f"Invalid value: {_q(value)}: {rule} must not be empty"))
+        if api_version == "v1" and kind == "Event":
+            out.append(cause("FieldValueInvalid", field, "Invalid value: v1.OwnerReference{...}:"
+                                                         " /v1, Kind=Event is disallowed from "
+                                                         "being an owner"))
+        if ref.get("controller") is True:
+            if controller:
+                out.append(cause("FieldValueInvalid", field,
+                                 "Invalid value: []v1.OwnerReference{...}: Only one reference "
+                                 "can have Controller set to true. Found \"true\" in "
+                                 f"references for {controller} and {kind}/{name}"))
+            else:
+                controller = f"{kind}/{name}"
+    return out
+
+
 def _go_map(labels: dict[str, str]) -> str:
     inner = ", ".join(f"{_q(k)}:{_q(v)}" for k, v in sorted(labels.items()))
     return f"map[string]string{{{inner}}}"
@@ -323,7 +360,7 @@ def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
     causes: list[Obj] = []
     if old is None:
         causes += validate_name(res, str(meta.get("name", "")))
-    causes += validate_labels(meta)
+    causes += validate_labels(meta) + validate_owner_references(meta)
     kind = res.kind if res.group in ("", "apps") else ""
     if kind in ("StatefulSet", "DaemonSet", "Deployment"):
         causes += _workload(new)

@@ -18,8 +18,13 @@ def _owner_ref(owner: dict[str, Any]) -> dict[str, Any]:
 
 
 def _owned(name: str, namespace: str, *owners: dict[str, Any]) -> dict[str, Any]:
+    """Owned by every one of ``owners``; the first is the controller (the API server allows
+    only one)."""
     obj = cm(name, namespace)
-    obj["metadata"]["ownerReferences"] = [_owner_ref(o) for o in owners]
+    refs = [_owner_ref(o) for o in owners]
+    for ref in refs[1:]:
+        ref["controller"] = False
+    obj["metadata"]["ownerReferences"] = refs
     return obj
 
 

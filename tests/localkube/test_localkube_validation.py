@@ -105,6 +105,42 @@ def test_label_keys_with_a_dns_prefix_are_accepted(k: Kube) -> None:
     assert created["metadata"]["labels"]["eventop.dev/rule"] == "r"
 
 
+def _owner(**ref: Any) -> dict[str, Any]:
+    return {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": "r", "uid": "u1", **ref}
+
+
+@pytest.mark.parametrize(("refs", "field", "message"), [
+    ([_owner(uid=None)], "metadata.ownerReferences.uid",
+     'Invalid value: "": uid must not be empty'),
+    ([_owner(apiVersion="eventop.dev/")], "metadata.ownerReferences.apiVersion",
+     'Invalid value: "eventop.dev/": version must not be empty'),
+    ([_owner(kind="")], "metadata.ownerReferences.kind",
+     'Invalid value: "": kind must not be empty'),
+    ([_owner(controller=True), _owner(name="s", uid="u2", controller=True)],
+     "metadata.ownerReferences", 'Found "true" in references for CopyRule/r and CopyRule/s'),
+    ([_owner(apiVersion="v1", kind="Event")], "metadata.ownerReferences",
+     "/v1, Kind=Event is disallowed from being an owner"),
+])
+def test_owner_references_are_validated_like_object_meta(
+        k: Kube, refs: list[dict[str, Any]], field: str, message: str) -> None:
+    """A reference built from a Reference-mode event (no uid) is refused, as on a cluster."""
+    obj = cm("x")
+    obj["metadata"]["ownerReferences"] = [{k: v for k, v in r.items() if v is not None}
+                                          for r in refs]
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(obj)
+    [found] = caught.value.causes
+    assert found["field"] == field and message in found["message"]
+
+
+def test_owner_references_of_custom_resources_are_validated_too(k: Kube) -> None:
+    with pytest.raises(errors.Invalid, match="uid must not be empty"):
+        k.create({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                  "metadata": {"name": "usd", "namespace": "default",
+                               "ownerReferences": [_owner(uid="")]},
+                  "spec": {"currency": "USD"}})
+
+
 def _event(namespace: str, involved_namespace: str | None) -> dict[str, Any]:
     involved: dict[str, Any] = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": "r"}
     if involved_namespace is not None:

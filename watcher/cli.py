@@ -55,7 +55,8 @@ def _bool(text: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
 
 
-def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = False) -> None:
+def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = False,
+                sink_timeout: float = 30.0) -> None:
     if sink:
         _flag(p, "--sink", "K_SINK", None, "URL the CloudEvents are posted to")
     if kube:
@@ -63,7 +64,7 @@ def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = F
               "plain-HTTP API server URL (e.g. the local one); otherwise kubeconfig/in-cluster")
         _flag(p, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file")
         _flag(p, "--context", "EVENTOP_KUBE_CONTEXT", None, "kubeconfig context")
-    _flag(p, "--sink-timeout", "EVENTOP_SINK_TIMEOUT_SECONDS", 30.0,
+    _flag(p, "--sink-timeout", "EVENTOP_SINK_TIMEOUT_SECONDS", sink_timeout,
           "seconds to wait for the sink's answer before retrying (a hanging sink)", float)
     _flag(p, "--backoff-base", "EVENTOP_BACKOFF_BASE_SECONDS", 0.5,
           "first retry delay; doubles each attempt, with jitter", float)
@@ -141,16 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("type", help="CloudEvent type, e.g. dev.eventop.exchangerates.refresh")
     emit.add_argument("--data", default=None, help="JSON data of the event")
     emit.add_argument("--id", default=None, help="event id (default: a random UUID)")
-    _add_sender(emit, "eventop-emit")
+    # The refresh handler may spend up to 40 s on a provider that is down (its budget, see
+    # handlers/exchange_rates/provider.py): waiting less would post the refresh again while
+    # the first still runs, and so hammer the provider with overlapping refreshes.
+    _add_sender(emit, "eventop-emit", sink_timeout=60.0)
     return parser
 
 
-def _add_sender(p: argparse.ArgumentParser, source: str) -> None:
+def _add_sender(p: argparse.ArgumentParser, source: str, sink_timeout: float = 30.0) -> None:
     """The options of the one-shot senders (replay, emit): bounded retries, not forever."""
     _flag(p, "--source", "EVENTOP_SOURCE", source, "CloudEvent source attribute")
     _flag(p, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
           "attempts per event on transient failures (0: forever)", int)
-    _add_common(p)
+    _add_common(p, sink_timeout=sink_timeout)
 
 
 def _configure_logging(level: str) -> None:

@@ -90,6 +90,15 @@ def test_resource_specs_parse_every_documented_form() -> None:
                        "configmaps", "secrets", "statefulsets", "daemonsets"}
 
 
+def test_emit_waits_longer_than_the_refresh_handler_may_take(monkeypatch) -> None:
+    """A refresh retried while the first still runs would hit the provider twice."""
+    from handlers.exchange_rates.provider import FrankfurterClient
+
+    monkeypatch.delenv("EVENTOP_SINK_TIMEOUT_SECONDS", raising=False)
+    args = build_parser().parse_args(["emit", "dev.eventop.exchangerates.refresh"])
+    assert args.sink_timeout > FrankfurterClient().refresh_budget
+
+
 def test_a_sink_that_is_not_an_http_url_is_refused_at_start() -> None:
     with pytest.raises(SystemExit, match="http:// or https://"):
         main(["emit", "x", "--sink", "router:8080"])

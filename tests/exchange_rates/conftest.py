@@ -13,8 +13,11 @@ from handlers.events import Event
 from handlers.exchange_rates import provider
 from handlers.exchange_rates.provider import FrankfurterClient
 from handlers.registry import Outcome, Registry
+from tests.exchange_rates.standin import RatesStandIn
 
 BASE_URL = "https://rates.test/v1"
+STANDIN_RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"},
+                 "USD": {"JPY": "153.94"}}
 NAMESPACE = "finance"
 Obj = dict[str, Any]
 
@@ -41,6 +44,21 @@ def rates_client(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> Frankf
 
     monkeypatch.setattr(provider, "_now", tick)
     return client
+
+
+@pytest.fixture
+def standin() -> Iterator[RatesStandIn]:
+    """The provider on loopback, for a router in another process (requests-mock can not
+    reach there), answering :data:`STANDIN_RATES`."""
+    with RatesStandIn(STANDIN_RATES) as rates:
+        yield rates
+
+
+@pytest.fixture
+def pipeline_env(standin: RatesStandIn) -> dict[str, str]:
+    """The router of ``pipeline``/``cluster_pipeline`` asks the stand-in, and runs only the
+    ExchangeRate handlers."""
+    return {"RATES_API_URL": standin.url, "EVENTOP_BUILTIN_HANDLERS": "exchange_rates"}
 
 
 @pytest.fixture

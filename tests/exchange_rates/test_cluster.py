@@ -19,21 +19,8 @@ from tests.exchange_rates.standin import RatesStandIn
 
 pytestmark = pytest.mark.cluster
 
-RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"},
-         "USD": {"JPY": "153.94"}}
 ER = ("eventop.dev/v1", "ExchangeRate")
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def standin() -> Iterator[RatesStandIn]:
-    with RatesStandIn(RATES) as rates:
-        yield rates
-
-
-@pytest.fixture
-def pipeline_env(standin: RatesStandIn) -> dict[str, str]:
-    return {"RATES_API_URL": standin.url, "EVENTOP_BUILTIN_HANDLERS": "exchange_rates"}
 
 
 @pytest.fixture

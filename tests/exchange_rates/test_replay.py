@@ -11,16 +11,14 @@ loopback stand-in answers instead, named by ``RATES_API_URL``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests_mock as rm
 
 from handlers.events import REFRESH_TYPE, Event
 from handlers.registry import Registry
-from tests.exchange_rates.conftest import BASE_URL, assert_ok, dispatch
+from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
 from tests.exchange_rates.standin import RatesStandIn, answer
 from tests.support.pipeline import replay_recording, world_copy
 
@@ -28,7 +26,6 @@ RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-ra
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
          RECORDING / "apis_eventop.dev_v1_exchangerates.watch.jsonl"]
 NS = "finance"
-RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"}}
 Obj = dict[str, Any]
 
 
@@ -48,7 +45,7 @@ def check_after(change: str, obj: Obj, get: Any, seen: dict[str, list[str]]) -> 
     assert cm is not None, f"{name} has no ConfigMap after {change}"
     currency = obj["spec"]["currency"]
     assert cm["data"]["currency"] == currency
-    assert cm["data"]["rate"] == RATES["EUR"][currency]
+    assert cm["data"]["rate"] == STANDIN_RATES["EUR"][currency]
     seen.setdefault(name, []).append(f"{currency}={cm['data']['rate']}")
 
 
@@ -56,7 +53,7 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
         registry: Registry, kube: Any, local_kube: Any, rates_client: Any,
         requests_mock: rm.Mocker) -> None:
     requests_mock.get(f"{BASE_URL}/latest?from=EUR",
-                      content=answer("EUR", "2026-11-20", **RATES["EUR"]))
+                      content=answer("EUR", "2026-11-20", **STANDIN_RATES["EUR"]))
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
     replay_recording(
@@ -80,17 +77,6 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
 
 
 # -- the same through the whole pipeline -----------------------------------------------------
-
-@pytest.fixture
-def standin() -> Iterator[RatesStandIn]:
-    with RatesStandIn(RATES) as rates:
-        yield rates
-
-
-@pytest.fixture
-def pipeline_env(standin: RatesStandIn) -> dict[str, str]:
-    return {"RATES_API_URL": standin.url, "EVENTOP_BUILTIN_HANDLERS": "exchange_rates"}
-
 
 def test_recorded_session_through_the_router_converges_and_replays_write_nothing_new(
         pipeline: Any, standin: RatesStandIn) -> None:

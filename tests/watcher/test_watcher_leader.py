@@ -12,7 +12,9 @@ from tests.support.processes import WatcherProcess
 from tests.support.waiting import wait_until
 from watcher.leader import LeaderElector
 
-TIMING = {"lease_seconds": 1.0, "renew_deadline": 0.6, "retry_period": 0.1}
+# Short, for a quick suite, but with room for a loaded CI machine: the leader renews every
+# 0.1 s and only loses its lease if it stalls for 1.2 s (a candidate waits 2 s).
+TIMING = {"lease_seconds": 2.0, "renew_deadline": 1.2, "retry_period": 0.1}
 
 
 def elector(local_kube, identity: str) -> LeaderElector:
@@ -33,7 +35,7 @@ def test_only_one_candidate_leads_and_release_hands_over_at_once(local_kube) -> 
     got: list[bool] = []
     t = threading.Thread(target=lambda: got.append(b.acquire(stop)))
     t.start()
-    time.sleep(1.5)  # longer than the lease: a keeps renewing, so b must keep waiting
+    time.sleep(TIMING["lease_seconds"] + 0.5)  # a keeps renewing, so b must keep waiting
     assert got == [] and holder(local_kube) == "a"
     a.release()
     t.join(5)

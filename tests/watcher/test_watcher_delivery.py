@@ -120,7 +120,7 @@ def test_per_object_order_holds_across_parallel_lanes_and_failures(sink) -> None
 
 def test_full_buffer_blocks_submit_instead_of_growing(sink) -> None:
     sink.hang(1)
-    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 0.8))
+    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 2.0))  # the hang outlasts the submits
     d = Deliverer(sink.url, lanes=1, queue_size=2, policy=policy).start()
     try:
         assert d.submit(_item("a", 1), timeout=1)

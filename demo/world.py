@@ -148,9 +148,13 @@ class World:
 
     def refresh(self, router_url: str) -> str:
         """Send the refresh event the CronJob sends, through the same CLI."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
-             "--sink", router_url], cwd=REPO, capture_output=True, text=True, timeout=120)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
+                 "--sink", router_url], cwd=REPO, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return (f"FAILED: the router at {router_url} did not accept it within 120s "
+                    "(see the router's log)")
         out = (proc.stdout + proc.stderr).strip().splitlines()
         return ("accepted" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})") + (
             f": {out[-1]}" if out else "")

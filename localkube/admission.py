@@ -34,8 +34,7 @@ class Admission(_Base):
                 causes = validator.causes(new)
                 if old is None:
                     causes = validation.validate_name(res, new["metadata"]["name"]) + causes
-                causes += validation.validate_labels(new["metadata"])
-                causes += validation.validate_owner_references(new["metadata"])
+                causes += validation.validate_meta(new["metadata"])
                 if causes:
                     raise errors.invalid(res.kind, res.group, new["metadata"]["name"], causes)
             return new

@@ -49,6 +49,7 @@ STS_MUTABLE = ("spec: Forbidden: updates to statefulset spec for fields other th
                " and 'minReadySeconds' are forbidden")
 IMMUTABLE_SET = "Forbidden: field is immutable when `immutable` is set"
 MAX_DATA = 1024 * 1024
+MAX_ANNOTATIONS = 256 * 1024
 
 
 def _q(value: Any) -> str:
@@ -116,6 +117,19 @@ def validate_labels(meta: Obj) -> list[Obj]:
     return out
 
 
+def validate_annotations(meta: Obj) -> list[Obj]:
+    """apimachinery's ValidateAnnotations: keys are qualified names (checked lower-cased),
+    and all keys and values together stay within 256 KiB."""
+    annotations = meta.get("annotations") or {}
+    out = [cause("FieldValueInvalid", "metadata.annotations", f"Invalid value: {_q(key)}: {m}")
+           for key in annotations for m in _qualified_name_errors(str(key).lower())]
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS:
+        out.append(cause("FieldValueTooLong", "metadata.annotations",
+                         f"Too long: must have at most {MAX_ANNOTATIONS} bytes"))
+    return out
+
+
 def validate_owner_references(meta: Obj) -> list[Obj]:
     """apimachinery's ValidateOwnerReferences, for every kind: apiVersion (with a version),
     kind, name and uid set; no Event as owner; at most one ``controller: true``.
@@ -151,6 +165,11 @@ def validate_owner_references(meta: Obj) -> list[Obj]:
             else:
                 controller = f"{kind}/{name}"
     return out
+
+
+def validate_meta(meta: Obj) -> list[Obj]:
+    """What the API server checks in the metadata of every kind, custom resources included."""
+    return validate_labels(meta) + validate_annotations(meta) + validate_owner_references(meta)
 
 
 def _go_map(labels: dict[str, str]) -> str:
@@ -360,7 +379,7 @@ def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
     causes: list[Obj] = []
     if old is None:
         causes += validate_name(res, str(meta.get("name", "")))
-    causes += validate_labels(meta) + validate_owner_references(meta)
+    causes += validate_meta(meta)
     kind = res.kind if res.group in ("", "apps") else ""
     if kind in ("StatefulSet", "DaemonSet", "Deployment"):
         causes += _workload(new)

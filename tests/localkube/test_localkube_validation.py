@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kube import Kube, errors
+from localkube.validation import MSG_QUALIFIED
 from tests.localkube.support import Http, cm
 
 
@@ -103,6 +104,19 @@ def test_label_keys_are_qualified_names_with_an_optional_dns_prefix(
 def test_label_keys_with_a_dns_prefix_are_accepted(k: Kube) -> None:
     created = k.create(cm("x", labels={"app.kubernetes.io/name": "v", "eventop.dev/rule": "r"}))
     assert created["metadata"]["labels"]["eventop.dev/rule"] == "r"
+
+
+def test_annotation_keys_are_qualified_names_and_their_total_size_is_bounded(k: Kube) -> None:
+    bad = cm("x")
+    bad["metadata"]["annotations"] = {"Example.COM/Note": "ok", "a b": "v"}  # keys lower-cased
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(bad)
+    assert [c["message"] for c in caught.value.causes] == [
+        f'Invalid value: "a b": name part {MSG_QUALIFIED}']
+    big = cm("y")
+    big["metadata"]["annotations"] = {"note": "v" * 256 * 1024}
+    with pytest.raises(errors.Invalid, match="Too long: must have at most 262144 bytes"):
+        k.create(big)
 
 
 def _owner(**ref: Any) -> dict[str, Any]:

@@ -17,12 +17,12 @@ Rules implemented, as the real server does them:
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from localkube import errors
+from localkube.patches import merge_patch
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -108,19 +108,6 @@ def delete_path(obj: Obj, path: Path) -> None:
         cur.pop(path[-1], None)
 
 
-def deep_merge(base: Any, config: Any) -> Any:
-    """Apply merge: maps merge key by key, ``null`` removes, lists and scalars replace."""
-    if not isinstance(config, dict) or not isinstance(base, dict):
-        return copy.deepcopy(config)
-    out = dict(base)
-    for key, value in config.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = deep_merge(out.get(key), value)
-    return out
-
-
 def _drop_empty_parents(obj: Obj, path: Path, others: Managers, keep: set[Path]) -> None:
     """Remove maps a removal left empty, unless someone still owns them."""
     while len(path) >= 1 and path != ("metadata",):
@@ -160,7 +147,8 @@ def apply(old: Obj, applied: Obj, managers: Managers, *, manager: str, api_versi
     """
     sub = "status" if scope == "status" else ""
     config = scoped_config(applied, scope, has_status)
-    merged = deep_merge(old, config)
+    # Maps merge key by key, ``null`` removes, lists and scalars replace: RFC 7386 exactly.
+    merged = merge_patch(old, config)
     new_fields = field_paths(config, scope, has_status, nodes=False)
     key = (manager, "Apply", sub)
     previous = managers[key].fields if key in managers else set()

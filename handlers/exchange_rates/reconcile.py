@@ -3,11 +3,11 @@
 Split from the event handlers so both paths (one CR changed; the scheduled refresh of all
 CRs) share exactly the same write rules:
 
-* the ConfigMap is written (server-side apply) only when ``rate``, ``base``, ``currency``,
-  ``date`` or ``source`` differ from what it holds, or our labels/ownerReference are
-  missing. ``fetchedAt`` alone never causes a write: it records when the values it sits next
-  to were fetched, so workloads that restart on ConfigMap changes restart only when the ECB
-  publishes a new rate, not every hour;
+* the ConfigMap is written (created with POST, then server-side applied) only when
+  ``rate``, ``base``, ``currency``, ``date`` or ``source`` differ from what it holds, or our
+  labels/ownerReference are missing. ``fetchedAt`` alone never causes a write: it records
+  when the values it sits next to were fetched, so workloads that restart on ConfigMap
+  changes restart only when the ECB publishes a new rate, not every hour;
 * on a provider failure the ConfigMap is not touched at all (the last good rate stays),
   status says ``Ready=False`` with the failure's reason and a Warning Event is posted;
 * a ConfigMap of the same name that eventop does not manage is never overwritten;
@@ -23,6 +23,7 @@ from typing import Any
 
 from handlers.exchange_rates.provider import ProviderError, Quote
 from kube import now_rfc3339, objects
+from kube.errors import Conflict
 
 log = logging.getLogger("eventop.exchange_rates")
 
@@ -141,13 +142,14 @@ def converge(kube: Any, cr: Obj, outcome: Quote | ProviderError) -> Result:
         return _fail(kube, cr, outcome.reason, outcome.message)
 
     existing = kube.get_or_none("v1", "ConfigMap", meta["name"], meta["namespace"])
+    taken = (f"ConfigMap {where} exists and is not managed by this ExchangeRate; eventop "
+             "leaves it alone: delete or rename it to let eventop manage it")
     if existing is not None and not is_ours(existing, cr):
-        return _fail(kube, cr, "ConfigMapConflict",
-                     f"ConfigMap {where} exists and is not managed by this ExchangeRate; "
-                     f"eventop leaves it alone: delete or rename it to let eventop manage it")
+        return _fail(kube, cr, "ConfigMapConflict", taken)
     wrote = needs_write(existing, desired)
     if wrote:
-        kube.apply(desired)
+        if not _write_configmap(kube, cr, existing, desired):
+            return _fail(kube, cr, "ConfigMapConflict", taken)
         log.info("ConfigMap %s: 1 %s = %s %s (%s)", where, desired["data"]["base"],
                  desired["data"]["rate"], desired["data"]["currency"], desired["data"]["date"])
     data = desired["data"]
@@ -163,6 +165,41 @@ def converge(kube: Any, cr: Obj, outcome: Quote | ProviderError) -> Result:
     wrote_status = kube.patch_status_if_changed(cr, status)
     return Result(meta["name"], True, wrote, wrote_status,
                   message + ("" if wrote else " (ConfigMap unchanged)"))
+
+
+def _write_configmap(kube: Any, cr: Obj, existing: Obj | None, desired: Obj) -> bool:
+    """Write the ConfigMap; False if someone else's took its name since ``existing`` was read.
+
+    * none yet: created with POST, which answers 409 if an object was created at the name
+      meanwhile. A server-side apply would instead merge our keys and ownerReference into an
+      object sharing no field with ours, and the garbage collector would later delete it with
+      the ExchangeRate;
+    * ours: server-side apply (every field is always applied, so nothing is left behind);
+    * an earlier ExchangeRate's of this name: replaced, with a resourceVersion precondition,
+      so its old controller reference is dropped. An apply would only add ours next to it
+      when the create owns it, and two controller references are refused.
+    """
+    meta = desired["metadata"]
+    if existing is None:
+        try:
+            kube.create(desired)
+            return True
+        except Conflict:
+            existing = kube.get_or_none("v1", "ConfigMap", meta["name"], meta["namespace"])
+            if existing is None or not is_ours(existing, cr):
+                return False
+    if objects.is_owned_by(existing, cr["metadata"]["uid"]):
+        kube.apply(desired)
+        return True
+    old = existing["metadata"]
+    others = [r for r in old.get("ownerReferences") or []
+              if not (r.get("kind") == KIND and r.get("name") == old["name"])]
+    body = {**existing, "data": {**(existing.get("data") or {}), **desired["data"]}}
+    body["metadata"] = {k: v for k, v in old.items() if k != "managedFields"}
+    body["metadata"]["labels"] = {**(old.get("labels") or {}), **meta["labels"]}
+    body["metadata"]["ownerReferences"] = others + meta["ownerReferences"]
+    kube.replace(body)
+    return True
 
 
 def _fail(kube: Any, cr: Obj, reason: str, message: str) -> Result:

@@ -456,15 +456,16 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
     local_kube.put(exchange_rate("b", "GBP"))
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
                                                       GBP="0.8352"))
-    real_apply = kube.apply
+    def flaky(write: Any) -> Any:
+        def write_unless_a(obj: Obj, **kw: Any) -> Obj:
+            if obj["metadata"]["name"] == "a":
+                raise Unavailable("API server overloaded")
+            result: Obj = write(obj, **kw)
+            return result
+        return write_unless_a
 
-    def flaky_apply(obj: Obj, **kw: Any) -> Obj:
-        if obj["metadata"]["name"] == "a":
-            raise Unavailable("API server overloaded")
-        result: Obj = real_apply(obj, **kw)
-        return result
-
-    monkeypatch.setattr(kube, "apply", flaky_apply)
+    monkeypatch.setattr(kube, "apply", flaky(kube.apply))  # later writes
+    monkeypatch.setattr(kube, "create", flaky(kube.create))  # the first one
     (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
     assert not outcome.ok
     assert isinstance(outcome.error, RefreshIncomplete)
@@ -500,3 +501,65 @@ def test_name_longer_than_a_label_value_still_gets_its_configmap(
     instance = cm["metadata"]["labels"]["app.kubernetes.io/instance"]
     assert len(instance) <= 63 and instance.startswith("exchange-rate-usd-")
     assert ready(cr(local_kube, name))["status"] == "True"
+
+
+class _SomeoneCreatesFirst:
+    """A Kube whose first read of the ConfigMap finds nothing, and someone else creates one
+    right after: the window between the reconcile's read and its write."""
+
+    def __init__(self, kube: Any, local_kube: Any, theirs: Obj) -> None:
+        self._kube, self._local_kube, self._theirs = kube, local_kube, theirs
+
+    def get_or_none(self, api_version: str, kind: str, name: str,
+                    namespace: str | None = None) -> Obj | None:
+        found = self._kube.get_or_none(api_version, kind, name, namespace)
+        if kind == "ConfigMap" and self._theirs is not None:
+            self._local_kube.put(self._theirs)
+            self._theirs = None
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+
+def test_configmap_created_by_someone_after_the_read_is_never_merged_into(
+        kube: Any, local_kube: Any) -> None:
+    """Server-side apply would merge our keys and ownerReference into an object sharing no
+    field with ours (so it would be deleted with the ExchangeRate): the ConfigMap is created
+    with POST, which fails if the name is taken."""
+    from handlers.exchange_rates.provider import Quote
+    from handlers.exchange_rates.reconcile import converge
+
+    stored = local_kube.put(exchange_rate("exchange-rate-usd", "USD"))
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "exchange-rate-usd", "namespace": NAMESPACE},
+              "data": {"mine": "yes"}}
+    quote = Quote("EUR", "2026-11-20", {"USD": "1.08120"}, "test", "2026-11-21T08:00:00Z")
+
+    result = converge(_SomeoneCreatesFirst(kube, local_kube, theirs), stored, quote)
+
+    cm = configmap(local_kube, "exchange-rate-usd")
+    assert cm["data"] == {"mine": "yes"} and not cm["metadata"].get("ownerReferences")
+    assert not result.ok and not result.wrote_configmap
+    assert ready(cr(local_kube, "exchange-rate-usd"))["reason"] == "ConfigMapConflict"
+
+
+def test_configmap_of_an_earlier_exchange_rate_of_that_name_is_taken_over(
+        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    """Deleted and created again before the garbage collector ran: the ConfigMap's owner is
+    replaced (not added to: two controller owners are refused), other owners are kept."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    other_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keeper", "uid": "u-keeper"}
+    local_kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "exchange-rate-usd", "namespace": NAMESPACE,
+        "ownerReferences": [other_owner, {
+            "apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "exchange-rate-usd",
+            "uid": "u-earlier", "controller": True, "blockOwnerDeletion": True}]},
+        "data": {"rate": "0.5"}})
+    stored = add(registry, kube, local_kube, exchange_rate("exchange-rate-usd", "USD"))
+
+    cm = configmap(local_kube, "exchange-rate-usd")
+    assert cm["data"]["rate"] == "1.08120"
+    assert [(r["name"], r["uid"]) for r in cm["metadata"]["ownerReferences"]] == [
+        ("keeper", "u-keeper"), ("exchange-rate-usd", stored["metadata"]["uid"])]
+    assert ready(cr(local_kube, "exchange-rate-usd"))["status"] == "True"

@@ -322,6 +322,28 @@ class RouterScenarios:
             self.local_kube.put(world_copy(cm))
         self.post("delete", current)
 
+    def rate_configmap_race_and_takeover(self, recorder: KubeRecorder) -> None:
+        """An ExchangeRate whose ConfigMap name someone takes between its read and its create
+        (a conflict), and one taking over the ConfigMap of an earlier one of its name."""
+        def someone_else_first(call: Any) -> None:
+            if call.method == "POST" and call.path.endswith("/namespaces/rbac-rates/configmaps"):
+                recorder.interceptors.remove(someone_else_first)
+                self.local_kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                    "name": "rbac-race", "namespace": "rbac-rates"}, "data": {"theirs": "yes"}})
+
+        recorder.interceptors.append(someone_else_first)
+        self.put({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                  "metadata": {"name": "rbac-race", "namespace": "rbac-rates"},
+                  "spec": {"currency": "USD"}}, change="add")
+        assert someone_else_first not in recorder.interceptors, "no ConfigMap for rbac-race"
+        self.local_kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "rbac-again", "namespace": "rbac-rates", "ownerReferences": [{
+                "apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "rbac-again",
+                "uid": "u-earlier", "controller": True}]}, "data": {"rate": "0.5"}})
+        self.put({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                  "metadata": {"name": "rbac-again", "namespace": "rbac-rates"},
+                  "spec": {"currency": "USD"}}, change="add")
+
 
 def builtin_registry() -> Any:
     """The shipped handlers only: other test modules may have registered test handlers in
@@ -387,6 +409,7 @@ def router_trace() -> Iterator[KubeRecorder]:
             scenarios.mirror_workloads_change()
             scenarios.mirror_credentials_resize_and_reference_mode(recorder)
             scenarios.refresh_and_provider_failure(rates)
+            scenarios.rate_configmap_race_and_takeover(recorder)
             server.wait_idle()
         if os.environ.get("EVENTOP_RBAC_DEBUG"):
             for answer in scenarios.answers:

@@ -47,7 +47,9 @@ class Kube:
 
     Writes use server-side apply with field manager ``eventop`` (``force=True``: the
     operator owns the fields it sets; objects it must not touch are checked by the
-    handler before applying, never overwritten by accident).
+    handler before applying, never overwritten by accident). An apply never fails because
+    the object exists: where a handler must not write into an object someone else created
+    after its read, it creates with :meth:`create` (409 if the name is taken) instead.
     """
 
     def __init__(self, api_client: k8s_client.ApiClient, *,

@@ -42,10 +42,23 @@ __all__ = ["EVENTS", "HANDLER_DURATION", "KUBE_REQUESTS", "event_counter", "hand
            "multiprocess_dir", "render"]
 
 
+MAX_EVENT_SERIES = 500  # distinct (type, kind) label pairs per worker; the rest are "other"
+_series: set[tuple[str, str]] = set()
+
+
 @functools.lru_cache(maxsize=4096)
 def event_counter(type_: str, kind: str, outcome: str) -> Any:
     """``EVENTS.labels(...)``, remembered: ``labels()`` validates and locks on every call,
-    a visible share of a request that otherwise does little."""
+    a visible share of a request that otherwise does little.
+
+    Type and kind come from the sender, so a misbehaving one could create a time series per
+    request; past :data:`MAX_EVENT_SERIES` distinct pairs new ones are counted as ``other``.
+    """
+    if (type_, kind) not in _series:
+        if len(_series) >= MAX_EVENT_SERIES:
+            type_, kind = "other", "other"
+        else:
+            _series.add((type_, kind))
     return EVENTS.labels(type_, kind, outcome)
 
 

@@ -743,3 +743,22 @@ def test_logging_setup_leaves_configured_logging_alone_unless_forced(
     assert isinstance(ours.formatter, JsonFormatter) and not logger.propagate
     logs.configure(force=True)
     assert logger.handlers == [ours]  # idempotent
+
+
+def test_event_metric_series_are_bounded_whatever_types_a_sender_invents(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from router import metrics
+
+    monkeypatch.setattr(metrics, "MAX_EVENT_SERIES", 2)
+    monkeypatch.setattr(metrics, "_series", set())
+    metrics.event_counter.cache_clear()
+    try:
+        for i in range(5):
+            metrics.event_counter(f"com.example.invented.{i}", "Thing", "ignored").inc()
+        text = metrics.render()[0].decode()
+        assert 'type="com.example.invented.0"' in text
+        assert 'type="com.example.invented.1"' in text
+        assert 'type="com.example.invented.2"' not in text
+        assert 'eventop_events_total{kind="other",outcome="ignored",type="other"} 3.0' in text
+    finally:
+        metrics.event_counter.cache_clear()

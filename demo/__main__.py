@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nconverged in {time.monotonic() - start:.1f}s" if not missing
               else f"\nNOT converged after {args.timeout:.0f}s")
         report(world.kube, world.namespaces())
+        if isinstance(world, LocalWorld):
+            print("\n(the local API server runs no kubelet or workload controllers: registry "
+                  "pods never start here, so mirrors stay Ready=False/RegistryNotReady; on a "
+                  "cluster they turn Ready once their StatefulSet and DaemonSet are)")
         refresh = world.refresh(router.url)
         print(f"\nrate refresh event (what the CronJob sends): {refresh}")
         if missing:

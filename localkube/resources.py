@@ -46,10 +46,6 @@ class ResourceType:
         """``plural.group`` as the API server names a resource in messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    @property
-    def qualified_kind(self) -> str:
-        return f"{self.kind}.{self.group}" if self.group else self.kind
-
     def discovery(self) -> list[Obj]:
         """APIResourceList entries: the resource and its status subresource."""
         main: Obj = {"name": self.plural, "singularName": self.singular or self.kind.lower(),

@@ -342,7 +342,8 @@ class Kube:
         """Which of these (apiVersion, kind) the API server does not serve (yet).
 
         Asks API discovery, which every authenticated client may read, so waiting for CRDs
-        needs no permission on CustomResourceDefinitions themselves.
+        needs no permission on CustomResourceDefinitions themselves. Short timeouts, like
+        :meth:`ping`: readiness probes wait on this.
         """
         by_version: dict[str, set[str]] = {}
         for api_version, kind in kinds:
@@ -351,7 +352,7 @@ class Kube:
         for api_version, wanted in sorted(by_version.items()):
             path = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
             try:
-                doc = self.request("GET", path, verb="discovery")
+                doc = self.request("GET", path, verb="discovery", timeout=(2.0, 3.0))
             except errors.NotFound:
                 doc = {}
             served = {r.get("kind") for r in doc.get("resources") or []

@@ -104,15 +104,21 @@ def validate_name(res: ResourceType, name: str) -> list[Obj]:
 
 
 def validate_labels(meta: Obj) -> list[Obj]:
+    return label_errors(meta.get("labels") or {}, "metadata.labels")
+
+
+def label_errors(labels: Obj, field: str) -> list[Obj]:
+    """apimachinery's ValidateLabels: qualified-name keys, label values (``field`` names the
+    map: metadata.labels, a pod template's, a selector's matchLabels)."""
     out = []
-    for key, value in (meta.get("labels") or {}).items():
-        out += [cause("FieldValueInvalid", "metadata.labels", f"Invalid value: {_q(key)}: {m}")
+    for key, value in labels.items():
+        out += [cause("FieldValueInvalid", field, f"Invalid value: {_q(key)}: {m}")
                 for m in _qualified_name_errors(str(key))]
         if not isinstance(value, str):
-            out.append(cause("FieldValueInvalid", f"metadata.labels.{key}",
+            out.append(cause("FieldValueInvalid", f"{field}.{key}",
                              f"Invalid value: {_q(value)}: label values must be strings"))
             continue
-        out += [cause("FieldValueInvalid", "metadata.labels", f"Invalid value: {_q(value)}: {m}")
+        out += [cause("FieldValueInvalid", field, f"Invalid value: {_q(value)}: {m}")
                 for m in _format_errors(value, LABEL_VALUE, MSG_LABEL_VALUE, 63)]
     return out
 
@@ -199,12 +205,13 @@ def _workload(obj: Obj) -> list[Obj]:
     if not (selector.get("matchLabels") or selector.get("matchExpressions")):
         return [cause("FieldValueInvalid", "spec.selector",
                       "Invalid value: \"null\": empty selector is invalid for deployment")]
+    out = label_errors(selector.get("matchLabels") or {}, "spec.selector.matchLabels")
     labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     if not _selector_matches(selector, labels):
-        return [cause("FieldValueInvalid", "spec.template.metadata.labels",
-                      f"Invalid value: {_go_map(labels)}: `selector` does not match template "
-                      "`labels`")]
-    return []
+        out.append(cause("FieldValueInvalid", "spec.template.metadata.labels",
+                         f"Invalid value: {_go_map(labels)}: `selector` does not match "
+                         "template `labels`"))
+    return out + label_errors(labels, "spec.template.metadata.labels")
 
 
 # -- PersistentVolumeClaim ------------------------------------------------------------------

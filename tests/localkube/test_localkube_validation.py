@@ -261,6 +261,20 @@ def test_workload_selectors_must_match_their_template(k: Kube, kind: str) -> Non
         k.create(obj)
 
 
+def test_workload_pod_template_and_selector_labels_are_validated(k: Kube) -> None:
+    """A label value over 63 characters (a long object name copied into a label, say) is
+    refused in the pod template and the selector too, not only in metadata."""
+    long = "m" * 64
+    obj = _sts()
+    obj["spec"]["selector"]["matchLabels"]["instance"] = long
+    obj["spec"]["template"]["metadata"]["labels"]["instance"] = long
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(obj)
+    assert [(c["field"], c["message"]) for c in caught.value.causes] == [
+        (field, f'Invalid value: "{long}": must be no more than 63 characters')
+        for field in ("spec.selector.matchLabels", "spec.template.metadata.labels")]
+
+
 def test_nulls_of_non_nullable_fields_are_pruned_before_defaulting(k: Kube) -> None:
     obj = k.create(_mirror({"upstream": "https://quay.io", "hostPort": None}))
     assert obj["spec"]["hostPort"] == 5000

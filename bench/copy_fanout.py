@@ -44,6 +44,13 @@ def verb(method: str, query: str) -> str:
     return {"POST": "create", "PUT": "update", "DELETE": "delete"}.get(method, method)
 
 
+def _is_copy_path(path: str) -> bool:
+    """A ConfigMap path (collection for a create, object otherwise) outside the source's
+    namespace: ``/api/v1/namespaces/<ns>/configmaps[/<name>]``."""
+    parts = path.split("/")
+    return len(parts) >= 6 and parts[5] == "configmaps" and parts[4] != "default"
+
+
 class Phase:
     def __init__(self, server: LocalKube, title: str) -> None:
         self.server, self.title = server, title
@@ -58,8 +65,7 @@ class Phase:
         served = self.server.requests[self.start_req:]
         by_verb = Counter(verb(r[0], r[2]) for r in served)
         writes = [r for r in served if r[0] != "GET"]
-        copy_writes = [r for r in writes if "/configmaps/" in r[1]
-                       and "/namespaces/default/" not in r[1]]
+        copy_writes = [r for r in writes if _is_copy_path(r[1])]
         targets = len({r[1].split("/")[4] for r in copy_writes}) or 1
         ns_lists = sum(1 for r in served if r[0] == "GET" and r[1] == "/api/v1/namespaces")
         print(f"{self.title}\n  wall {wall:8.3f} s   requests {len(served):6d}  "

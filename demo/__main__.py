@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nconverged in {time.monotonic() - start:.1f}s" if not missing
               else f"\nNOT converged after {args.timeout:.0f}s")
         report(world.kube, world.namespaces())
+        if not isinstance(world, LocalWorld):
+            print(f"\neverything is in namespace {world.namespace}; remove it with "
+                  f"`kubectl delete namespace {world.namespace}`")
         if isinstance(world, LocalWorld):
             print("\n(the local API server runs no kubelet or workload controllers: registry "
                   "pods never start here, so mirrors stay Ready=False/RegistryNotReady; on a "

@@ -10,21 +10,18 @@ import pytest
 import yaml
 
 from handlers.copy_rules import desired
+from tests.support.crds import load_crd, storage_schema
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "copyrules.yaml"
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("copyrule-*.yaml"))
 
 
 def crd() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    return doc
+    return load_crd("copyrules.yaml")
 
 
 def crd_schema() -> dict[str, Any]:
-    (version,) = [v for v in crd()["spec"]["versions"] if v["storage"]]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
+    return storage_schema("copyrules.yaml")
 
 
 def rules_in(path: Path) -> list[dict[str, Any]]:

@@ -9,16 +9,14 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.crds import load_crd, storage_schema
+
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "exchangerates.yaml"
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("exchangerate-*.yaml"))
 
 
 def crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
+    return storage_schema("exchangerates.yaml")
 
 
 def exchange_rates_in(path: Path) -> list[dict[str, Any]]:
@@ -59,7 +57,7 @@ def test_crd_schema_rejects_invalid_specs(spec: dict[str, Any]) -> None:
 def test_crd_defaults_base_to_eur_and_shows_the_rate() -> None:
     schema = crd_schema()
     assert schema["properties"]["spec"]["properties"]["base"]["default"] == "EUR"
-    crd = yaml.safe_load(CRD.read_text())
+    crd = load_crd("exchangerates.yaml")
     columns = {c["name"]: c["jsonPath"]
                for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert columns["Rate"] == ".status.rate"

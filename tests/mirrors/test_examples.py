@@ -11,17 +11,14 @@ import pytest
 import yaml
 
 from handlers.mirrors import build
+from tests.support.crds import load_crd, storage_schema
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "registrymirrors.yaml"
 EXAMPLES = sorted((REPO / "crds" / "examples").glob("registrymirror-*.yaml"))
 
 
 def crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
+    return storage_schema("registrymirrors.yaml")
 
 
 def docs_of(kind: str) -> list[dict[str, Any]]:
@@ -78,7 +75,7 @@ def test_crd_schema_rejects_invalid_specs(spec: dict[str, Any]) -> None:
 
 
 def test_crd_prints_upstream_endpoint_and_readiness() -> None:
-    crd = yaml.safe_load(CRD.read_text())
+    crd = load_crd("registrymirrors.yaml")
     columns = {c["name"]: c["jsonPath"]
                for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert columns["Upstream"] == ".spec.upstream"

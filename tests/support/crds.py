@@ -1,0 +1,22 @@
+"""The CRDs in ``crds/`` as the handlers' example tests read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def load_crd(filename: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((CRDS / filename).read_text())
+    return doc
+
+
+def storage_schema(filename: str) -> dict[str, Any]:
+    """The openAPIV3Schema of the CRD's storage version (what the API server validates)."""
+    (version,) = [v for v in load_crd(filename)["spec"]["versions"] if v["storage"]]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kube.resources import ResourceTable
+
+_KNOWN_KINDS = ResourceTable()  # built once: subject_for runs for every event the watcher sends
+
 RESOURCE_PREFIX = "dev.knative.apiserver.resource."
 REF_PREFIX = "dev.knative.apiserver.ref."
 RESOURCE_TYPES = tuple(RESOURCE_PREFIX + c for c in ("add", "update", "delete"))
@@ -98,11 +102,9 @@ class Event:
 
 def subject_for(obj: dict[str, Any]) -> str:
     """``/apis/<apiVersion>/namespaces/<ns>/<plural>/<name>`` as ApiServerSource writes it."""
-    from kube.resources import ResourceTable  # local: keeps this module import-light
-
     meta = obj.get("metadata") or {}
     api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    res = ResourceTable().by_kind(api_version, kind)
+    res = _KNOWN_KINDS.by_kind(api_version, kind)
     plural = res.plural if res else kind.lower() + "s"
     ns = meta.get("namespace")
     ns_part = f"/namespaces/{ns}" if ns else ""

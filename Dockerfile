@@ -1,7 +1,7 @@
 # eventop: one image for the router (default) and the watcher.
 #   docker build -t ghcr.io/eventop/eventop:0.1.0 .
-#   docker run -p 8080:8080 ghcr.io/eventop/eventop:0.1.0            # python -m router
-#   docker run ghcr.io/eventop/eventop:0.1.0 watcher run --sink URL   # python -m watcher run
+#   docker run -p 8080:8080 ghcr.io/eventop/eventop:0.1.0            # python -m eventop.router
+#   docker run ghcr.io/eventop/eventop:0.1.0 watcher run --sink URL   # python -m eventop.watcher run
 #
 # The base is pinned to an exact Python patch release and Debian release. For reproducible
 # builds also pin its digest: PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest>.
@@ -23,10 +23,21 @@ RUN sed -n '1,/^# --- test and development/p' requirements.txt \
     && python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-deps --only-binary=:all: \
         -r runtime-requirements.txt \
-    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/pip check
+# eventop itself, as the wheel `pip install eventop` gives (pyproject.toml maps the rooms of the
+# repository to eventop.<room>), without the local API server, which only tests and the demo use.
+COPY pyproject.toml ./
+COPY eventop/ eventop/
+COPY kube/ kube/
+COPY handlers/ handlers/
+COPY router/ router/
+COPY watcher/ watcher/
+COPY localkube/ localkube/
+RUN /opt/venv/bin/pip install --no-deps . \
+    && rm -r /opt/venv/lib/python3.*/site-packages/eventop/localkube \
     && /opt/venv/bin/pip uninstall --yes pip setuptools
 
-# --- runtime: the venv, eventop's packages, a non-root user ------------------------------
+# --- runtime: the venv (dependencies and eventop), a non-root user ------------------------
 FROM ${PYTHON_IMAGE}
 # No PROMETHEUS_MULTIPROC_DIR here: it would put the watcher's prometheus_client in
 # multiprocess mode too, writing to a directory nobody creates (it fails at import). The
@@ -40,13 +51,9 @@ RUN groupadd --system --gid 10001 eventop \
         --home-dir /nonexistent --shell /usr/sbin/nologin eventop
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
-COPY kube/ kube/
-COPY handlers/ handlers/
-COPY router/ router/
-COPY watcher/ watcher/
 # Compile once at build time: at run time the root filesystem is read-only.
-RUN python -m compileall -q /app
+RUN python -m compileall -q /opt/venv/lib
 USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["python", "-m"]
-CMD ["router", "--host", "0.0.0.0"]
+CMD ["eventop.router", "--host", "0.0.0.0"]

@@ -6,9 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint bench cluster-test clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	touch $(STAMP)
 
 ## Run the whole pipeline: local API server (or $$KUBECONFIG), router under gunicorn, watcher, examples.

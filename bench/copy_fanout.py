@@ -20,11 +20,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from handlers.copy_rules import desired  # noqa: E402
-from handlers.events import Event  # noqa: E402
-from handlers.registry import registry  # noqa: E402
-from kube import Kube  # noqa: E402
-from localkube import LocalKube  # noqa: E402
+from eventop.handlers.copy_rules import desired  # noqa: E402
+from eventop.handlers.events import Event  # noqa: E402
+from eventop.handlers.registry import registry  # noqa: E402
+from eventop.kube import Kube  # noqa: E402
+from eventop.localkube import LocalKube  # noqa: E402
 
 Obj = dict[str, Any]
 SOURCE = {"apiVersion": "v1", "kind": "ConfigMap",

@@ -1,7 +1,7 @@
-"""Router throughput: CloudEvents/s through ``python -m router`` next to a bare Flask app.
+"""Router throughput: CloudEvents/s through ``python -m eventop.router`` next to a bare Flask app.
 
 Both run under gunicorn with the same settings (workers, threads, worker class, keep-alive:
-the bare app is served by :mod:`router.server` itself), in the same run, driven by the same
+the bare app is served by :mod:`eventop.router.server` itself), in the same run, driven by the same
 load: a few client processes on loopback, each posting binary-mode CloudEvents carrying a
 recorded ConfigMap over one keep-alive connection. The router has a single no-op handler
 (registered by this module, loaded through ``EVENTOP_HANDLERS`` with the built-in handlers
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from demo.processes import Process, RouterProcess, free_port, wait_http  # noqa: E402
-from handlers import Event, on  # noqa: E402
+from eventop.handlers import Event, on  # noqa: E402
 
 # How the router and the bare server import this file (PYTHONPATH is the repository).
 MODULE = "bench.router_throughput"
@@ -143,7 +143,7 @@ def drive(port: int, master: int, clients: int, seconds: float, body: bytes,
 
 def serve_bare(args: argparse.Namespace) -> None:
     """Internal: the bare app under exactly the router's gunicorn settings."""
-    from router.server import ServerOptions, serve
+    from eventop.router.server import ServerOptions, serve
 
     serve(ServerOptions(host="127.0.0.1", port=args.port, workers=args.workers,
                         threads=args.threads, app=f"{MODULE}:bare_app"))

@@ -1,7 +1,7 @@
 """Watcher memory while it lists and watches 10,000 ConfigMaps: peak RSS and its flatness.
 
 Starts the local API server with 10,000 small ConfigMaps (a few keys, labels, an annotation:
-the size of real configuration), a fast local sink, and ``python -m watcher run`` in a
+the size of real configuration), a fast local sink, and ``python -m eventop.watcher run`` in a
 subprocess (so the RSS measured is the watcher's own). Then it keeps changing ConfigMaps at a
 steady rate, with periodic resyncs re-sending all 10,000, and samples the watcher's RSS from
 ``/proc/<pid>/status``. Prints figures; asserts nothing. Target: peak under 150 MB, flat while
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--resync", type=float, default=20.0, help="watcher resync period")
     args = parser.parse_args()
 
-    from localkube import LocalKube
+    from eventop.localkube import LocalKube
 
     local = LocalKube(crd_dir=str(REPO / "crds"))
     url = local.start()

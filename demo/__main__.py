@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             env = {"KUBECONFIG": kubeconfig}
         else:
             from demo.provider import RatesStandIn
-            from localkube import LocalKube
+            from eventop.localkube import LocalKube
 
             print("eventop demo — no KUBECONFIG: embedded local API server, no cluster needed")
             local = LocalKube(crd_dir=str(REPO / "crds"))

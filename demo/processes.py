@@ -79,13 +79,14 @@ class Process:
 
 
 class RouterProcess(Process):
-    """``python -m router`` under gunicorn on a free loopback port."""
+    """``python -m eventop.router`` under gunicorn on a free loopback port."""
 
     def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None,
                  extra_args: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__("router", ["router", "--host", "127.0.0.1", "--port", str(self.port),
+        super().__init__("router", ["eventop.router", "--host", "127.0.0.1",
+                                    "--port", str(self.port),
                                     "--workers", str(workers), *(extra_args or [])],
                          env, log_dir)
         try:
@@ -96,9 +97,9 @@ class RouterProcess(Process):
 
 
 class WatcherProcess(Process):
-    """``python -m watcher run`` posting to ``sink``."""
+    """``python -m eventop.watcher run`` posting to ``sink``."""
 
     def __init__(self, sink: str, env: dict[str, str], log_dir: str | None = None,
                  extra_args: list[str] | None = None) -> None:
-        super().__init__("watcher", ["watcher", "run", *(extra_args or [])],
+        super().__init__("watcher", ["eventop.watcher", "run", *(extra_args or [])],
                          {**env, "K_SINK": sink}, log_dir)

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from demo.processes import REPO
-from kube import Kube, KubeError, NotFound
+from eventop.kube import Kube, KubeError, NotFound
 
 Obj = dict[str, Any]
 GROUP = "eventop.dev/v1"
@@ -150,8 +150,9 @@ class World:
         """Send the refresh event the CronJob sends, through the same CLI."""
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
-                 "--sink", router_url], cwd=REPO, capture_output=True, text=True, timeout=120)
+                [sys.executable, "-m", "eventop.watcher", "emit",
+                 "dev.eventop.exchangerates.refresh", "--sink", router_url],
+                cwd=REPO, capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired:
             return (f"FAILED: the router at {router_url} did not accept it within 120s "
                     "(see the router's log)")
@@ -170,7 +171,7 @@ class LocalWorld(World):
 
     def replay_recordings(self, folder: Path, expect: Expectations) -> int:
         """Make the recorded changes happen again, in order, paced like a live cluster."""
-        from watcher.recording import load_initial, load_recording
+        from eventop.watcher.recording import load_initial, load_recording
 
         paths = [folder / "copy-rules", folder / "mirrors-and-rates"]
         for obj in load_initial(paths):

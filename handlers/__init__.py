@@ -10,10 +10,11 @@ from __future__ import annotations
 import importlib
 import os
 
-from handlers.events import Event, ObjectRef
-from handlers.registry import Outcome, Registry, on, registry
+from eventop.handlers.events import Event, ObjectRef
+from eventop.handlers.registry import Outcome, Registry, on, registry
 
-BUILTIN = ("handlers.copy_rules", "handlers.exchange_rates", "handlers.mirrors")
+BUILTIN = ("eventop.handlers.copy_rules", "eventop.handlers.exchange_rates",
+           "eventop.handlers.mirrors")
 
 
 def load(extra: str | None = None, builtin: str | None = None) -> Registry:
@@ -37,12 +38,13 @@ def _builtin_names(chosen: str) -> list[str]:
     wanted = [n.strip() for n in chosen.split(",") if n.strip()]
     if wanted in ([], ["none"]):
         return []
-    names = [n if n.startswith("handlers.") else f"handlers.{n}" for n in wanted]
-    unknown = [n for n in names if n not in BUILTIN]
+    prefix = "eventop.handlers."
+    names = [prefix + n.removeprefix(prefix).removeprefix("handlers.") for n in wanted]
+    unknown = [n.removeprefix(prefix) for n in names if n not in BUILTIN]
     if unknown:
         raise ValueError(f"EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) "
                          f"{', '.join(unknown)}; choose from "
-                         f"{', '.join(b.split('.', 1)[1] for b in BUILTIN)} or 'none'")
+                         f"{', '.join(b.removeprefix(prefix) for b in BUILTIN)} or 'none'")
     return names
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kube.resources import ResourceTable
+from eventop.kube.resources import ResourceTable
 
 _KNOWN_KINDS = ResourceTable()  # built once: subject_for runs for every event the watcher sends
 

@@ -2,7 +2,7 @@
 
 A handler is a plain function ``(event, kube) -> str | None``::
 
-    from handlers import on
+    from eventop.handlers import on
 
     @on("dev.knative.apiserver.resource.*", api_version="eventop.dev/v1", kind="CopyRule")
     def reconcile_rule(event, kube):
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.events import Event
+from eventop.handlers.events import Event
 
 log = logging.getLogger("eventop.handlers")
 

@@ -1,8 +1,8 @@
 """Kubernetes access for handlers: one :class:`Kube` object, clear exceptions, pure helpers."""
 
-from kube.client import FIELD_MANAGER, Kube, now_rfc3339
-from kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
-from kube.objects import (
+from eventop.kube.client import FIELD_MANAGER, Kube, now_rfc3339
+from eventop.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from eventop.kube.objects import (
     content_hash,
     is_owned_by,
     label_selector_string,
@@ -11,7 +11,7 @@ from kube.objects import (
     set_condition,
     standard_labels,
 )
-from kube.resources import Resource
+from eventop.kube.resources import Resource
 
 __all__ = [
     "FIELD_MANAGER", "Conflict", "Forbidden", "Invalid", "Kube", "KubeError", "NotFound",

@@ -21,9 +21,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from prometheus_client import Counter
 
-from kube import errors
-from kube.objects import status_changed
-from kube.resources import Resource, ResourceTable
+from eventop.kube import errors
+from eventop.kube.objects import status_changed
+from eventop.kube.resources import Resource, ResourceTable
 
 log = logging.getLogger("eventop.kube")
 
@@ -102,7 +102,7 @@ class Kube:
                 timeout: Any = None, stream: bool = False) -> Any:
         """One API call. Returns the parsed JSON body, or the open urllib3 response if ``stream``.
 
-        Raises a :mod:`kube.errors` exception for any non-2xx answer or transport failure.
+        Raises a :mod:`eventop.kube.errors` exception for any non-2xx answer or transport failure.
         """
         headers = {"Accept": "application/json"}
         if content_type:

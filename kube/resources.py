@@ -2,7 +2,7 @@
 
 A static table covers every kind eventop itself reads or writes, so no discovery round
 trip is needed on the hot path. Kinds it does not know (a user's own handler) are looked up
-once through API discovery by :class:`kube.client.Kube` and added here.
+once through API discovery by :class:`eventop.kube.client.Kube` and added here.
 """
 
 from __future__ import annotations

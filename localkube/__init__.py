@@ -16,7 +16,7 @@ Modules: ``store`` (objects, versions, events, controllers), ``apply`` (field ow
 ``patches``, ``server`` (HTTP), ``core`` (``LocalKube``), ``__main__`` (CLI).
 """
 
-from localkube.core import LocalKube, RequestLog
-from localkube.errors import ApiError
+from eventop.localkube.core import LocalKube, RequestLog
+from eventop.localkube.errors import ApiError
 
 __all__ = ["ApiError", "LocalKube", "RequestLog"]

@@ -1,4 +1,4 @@
-"""``python -m localkube``: serve a local API server until SIGTERM/SIGINT."""
+"""``python -m eventop.localkube``: serve a local API server until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import signal
 import sys
 import threading
 
-from localkube.core import LocalKube
+from eventop.localkube.core import LocalKube
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m localkube",
+    parser = argparse.ArgumentParser(prog="python -m eventop.localkube",
                                      description="A local stand-in for kube-apiserver.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")

@@ -2,19 +2,19 @@
 
 Mixed into the store. Custom resources get their CRD schema's defaults, pruning and
 validation; built-in kinds get the few defaults the real registry fills in (Namespaces,
-Secrets, Services, PVCs, Pods, CRDs) and :func:`localkube.validation.admit`.
+Secrets, Services, PVCs, Pods, CRDs) and :func:`eventop.localkube.validation.admit`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from localkube import errors, validation
-from localkube.objects import now
-from localkube.resources import ResourceType
+from eventop.localkube import errors, validation
+from eventop.localkube.objects import now
+from eventop.localkube.resources import ResourceType
 
 if TYPE_CHECKING:
-    from localkube.store import Obj, Store
+    from eventop.localkube.store import Obj, Store
 
     _Base = Store
 else:
@@ -22,7 +22,7 @@ else:
 
 
 class Admission(_Base):
-    """Mixin of :class:`localkube.store.Store`."""
+    """Mixin of :class:`eventop.localkube.store.Store`."""
 
     def _admit(self, res: ResourceType, new: Obj, old: Obj | None) -> Obj:
         """Kind-specific defaults, then validation (422 on failure)."""

@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from localkube import errors
-from localkube.patches import merge_patch
+from eventop.localkube import errors
+from eventop.localkube.patches import merge_patch
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]

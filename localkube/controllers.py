@@ -13,13 +13,13 @@ import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from localkube import apply as ssa
-from localkube.objects import now
-from localkube.resources import ResourceType
-from localkube.schema import SchemaValidator
+from eventop.localkube import apply as ssa
+from eventop.localkube.objects import now
+from eventop.localkube.resources import ResourceType
+from eventop.localkube.schema import SchemaValidator
 
 if TYPE_CHECKING:
-    from localkube.store import Key, Obj, Record, Store
+    from eventop.localkube.store import Key, Obj, Record, Store
 
     _Base = Store
 else:
@@ -44,7 +44,7 @@ NS_DONE_CONDITIONS = [
 
 
 class Controllers(_Base):
-    """Mixin of :class:`localkube.store.Store`."""
+    """Mixin of :class:`eventop.localkube.store.Store`."""
 
     def _after_removal(self, res: ResourceType, last: Obj) -> None:
         """Garbage collection, namespace completion and CRD clean-up after a removal."""

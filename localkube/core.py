@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from localkube.deferred import Deferred
-from localkube.selectors import parse_label_selector
-from localkube.server import Server
-from localkube.store import Obj, Store
+from eventop.localkube.deferred import Deferred
+from eventop.localkube.selectors import parse_label_selector
+from eventop.localkube.server import Server
+from eventop.localkube.store import Obj, Store
 
 REPO_CRDS = Path(__file__).resolve().parents[1] / "crds"
 
@@ -116,7 +116,7 @@ class LocalKube:
 
         Status, uid, generation, creationTimestamp and managedFields are kept when given; a
         different uid than the stored one means delete-and-recreate. A missing namespace is
-        created first. Raises :class:`localkube.errors.ApiError` if validation refuses it.
+        created first. Raises :class:`eventop.localkube.errors.ApiError` if validation refuses it.
         """
         return self.store.put(obj)
 

@@ -1,7 +1,7 @@
 """API errors as the real kube-apiserver reports them: an HTTP code plus a ``Status`` body.
 
 Messages and ``details`` follow ``tests/recordings/errors/`` word for word, because clients
-(and our own ``kube.errors``) act on ``reason``, ``details.causes`` and sometimes the text.
+(and our own ``eventop.kube.errors``) act on ``reason``, ``details.causes`` and sometimes the text.
 """
 
 from __future__ import annotations

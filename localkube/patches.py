@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from localkube.errors import ApiError
+from eventop.localkube.errors import ApiError
 
 Obj = dict[str, Any]
 

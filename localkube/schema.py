@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from localkube.errors import cause
+from eventop.localkube.errors import cause
 
 Obj = dict[str, Any]
 ROOT_SKIP = ("apiVersion", "kind", "metadata")

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from localkube.errors import ApiError, bad_request
+from eventop.localkube.errors import ApiError, bad_request
 
 Obj = dict[str, Any]
 Matcher = Callable[[Obj], bool]

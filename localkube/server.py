@@ -18,16 +18,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from localkube import errors
-from localkube.errors import ApiError
-from localkube.objects import dumps
-from localkube.resources import ResourceType
-from localkube.selectors import parse_selectors
-from localkube.store import Obj
-from localkube.watch import WatchStream
+from eventop.localkube import errors
+from eventop.localkube.errors import ApiError
+from eventop.localkube.objects import dumps
+from eventop.localkube.resources import ResourceType
+from eventop.localkube.selectors import parse_selectors
+from eventop.localkube.store import Obj
+from eventop.localkube.watch import WatchStream
 
 if TYPE_CHECKING:
-    from localkube.core import LocalKube
+    from eventop.localkube.core import LocalKube
 
 VERSION = {"major": "1", "minor": "24", "gitVersion": "v1.24.0-localkube",
            "gitCommit": "localkube", "gitTreeState": "clean", "buildDate": "2022-05-03T13:38:19Z",

@@ -20,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from localkube import apply as ssa
-from localkube import errors
-from localkube.admission import Admission
-from localkube.controllers import PROTECTED_NAMESPACES, Controllers
-from localkube.deferred import Deferred
-from localkube.errors import ApiError
-from localkube.objects import canonical, event_line, now, without_volatile
-from localkube.patches import json_patch, merge_patch
-from localkube.resources import ResourceTable, ResourceType, load_crd_dir
-from localkube.schema import SchemaValidator
+from eventop.localkube import apply as ssa
+from eventop.localkube import errors
+from eventop.localkube.admission import Admission
+from eventop.localkube.controllers import PROTECTED_NAMESPACES, Controllers
+from eventop.localkube.deferred import Deferred
+from eventop.localkube.errors import ApiError
+from eventop.localkube.objects import canonical, event_line, now, without_volatile
+from eventop.localkube.patches import json_patch, merge_patch
+from eventop.localkube.resources import ResourceTable, ResourceType, load_crd_dir
+from eventop.localkube.schema import SchemaValidator
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)

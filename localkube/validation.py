@@ -14,9 +14,9 @@ import json
 import re
 from typing import Any
 
-from localkube import errors
-from localkube.errors import ApiError, cause
-from localkube.resources import ResourceType
+from eventop.localkube import errors
+from eventop.localkube.errors import ApiError, cause
+from eventop.localkube.resources import ResourceType
 
 Obj = dict[str, Any]
 

@@ -11,15 +11,15 @@ import time
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from localkube import errors
-from localkube.errors import ApiError
-from localkube.objects import event_line
-from localkube.resources import ResourceType
-from localkube.selectors import parse_selectors
-from localkube.store import Event, Obj
+from eventop.localkube import errors
+from eventop.localkube.errors import ApiError
+from eventop.localkube.objects import event_line
+from eventop.localkube.resources import ResourceType
+from eventop.localkube.selectors import parse_selectors
+from eventop.localkube.store import Event, Obj
 
 if TYPE_CHECKING:
-    from localkube.server import Handler
+    from eventop.localkube.server import Handler
 
 # What the real server puts in a BOOKMARK besides metadata: the zero values of the kind's
 # non-pointer structs (the recordings show Namespace's; the others are from the Go types).

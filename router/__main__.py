@@ -1,4 +1,4 @@
-"""``python -m router``: serve the router under gunicorn.
+"""``python -m eventop.router``: serve the router under gunicorn.
 
 Only the standard library is imported before ``PROMETHEUS_MULTIPROC_DIR`` is set, so that
 every process (master and forked workers) has prometheus_client in multiprocess mode.
@@ -57,7 +57,8 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SystemExit(f"python -m router: {name} must be an integer, not {raw!r}") from None
+        raise SystemExit(f"python -m eventop.router: {name} must be an integer, "
+                         f"not {raw!r}") from None
 
 
 def _positive(text: str) -> int:
@@ -72,7 +73,7 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m router", description=DESCRIPTION, epilog=EPILOG,
+        prog="python -m eventop.router", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default=None,
                         help="address to bind (default: 0.0.0.0 in a container, else 127.0.0.1)")
@@ -117,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     port = args.port if args.port is not None else _env_int("PORT", 8080)
     if not 0 <= port <= 65535:
-        raise SystemExit(f"python -m router: port must be 0..65535, not {port}")
+        raise SystemExit(f"python -m eventop.router: port must be 0..65535, not {port}")
     owned = prepare_metrics_dir()  # before prometheus_client is imported anywhere
     master = os.getpid()
 
     try:
-        from router.server import ServerOptions, serve
+        from eventop.router.server import ServerOptions, serve
 
         serve(ServerOptions(
             host=args.host or ("0.0.0.0" if in_container() else "127.0.0.1"),

@@ -12,8 +12,9 @@ status code alone:
   any other handler failure: the sender retries with backoff, which is safe because
   handlers are idempotent.
 
-The app object is importable as ``gunicorn 'router.app:create_app()'``; ``python -m router``
-adds the multi-worker metrics setup and sensible defaults (see :mod:`router.server`).
+The app object is importable as ``gunicorn 'eventop.router.app:create_app()'``;
+``python -m eventop.router`` adds the multi-worker metrics setup and sensible defaults (see
+:mod:`eventop.router.server`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from typing import Any
 from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
-from handlers.events import Event
-from handlers.registry import Outcome, Registry
-from kube.errors import KubeError, Unavailable
-from router import logs, metrics
-from router.parse import BadEvent, headers_from_environ, parse_lowered
+from eventop.handlers.events import Event
+from eventop.handlers.registry import Outcome, Registry
+from eventop.kube.errors import KubeError, Unavailable
+from eventop.router import logs, metrics
+from eventop.router.parse import BadEvent, headers_from_environ, parse_lowered
 
 log = logging.getLogger("eventop.router")
 
@@ -70,7 +71,8 @@ class KubeProvider:
         self._lock = threading.Lock()
 
     def get(self) -> Any:
-        """The ``Kube``; raises :class:`kube.errors.Unavailable` if none can be configured."""
+        """The ``Kube``; raises :class:`eventop.kube.errors.Unavailable` if none can be
+        configured."""
         if self._fixed is not None:
             return self._fixed
         pid = os.getpid()
@@ -78,7 +80,7 @@ class KubeProvider:
             return self._kube
         with self._lock:
             if self._kube is None or self._pid != pid:
-                from kube import Kube
+                from eventop.kube import Kube
 
                 try:
                     self._kube = Kube.connect()
@@ -173,12 +175,12 @@ def _read_body(req: Request, limit: int) -> bytes:
 
 
 def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
-    """The router app. ``registry`` defaults to :func:`handlers.load` (built-in handlers plus
-    ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per worker
-    process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster)."""
+    """The router app. ``registry`` defaults to :func:`eventop.handlers.load` (built-in
+    handlers plus ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per
+    worker process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster)."""
     logs.configure()
     if registry is None:
-        import handlers
+        from eventop import handlers
 
         registry = handlers.load()
     app = Flask("router")

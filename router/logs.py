@@ -1,6 +1,6 @@
 """JSON log lines, one object per line, so a log pipeline can index every field.
 
-The router logs one line per event (``router.app``) and one per handler failure, with the
+The router logs one line per event (``eventop.router.app``) and one per handler failure, with the
 traceback inside the JSON object (a multi-line traceback would be split into unrelated
 lines by most collectors). Event *data* is never logged: it may be a Secret.
 """
@@ -70,11 +70,11 @@ class LineHandler(logging.Handler):
 def configure(level: str | None = None, *, force: bool = False) -> None:
     """Send eventop's logs to stderr as JSON, unless logging is already set up.
 
-    Called by :func:`router.app.create_app`: under gunicorn nothing configures the root
+    Called by :func:`eventop.router.app.create_app`: under gunicorn nothing configures the root
     logger, so without this the per-event lines would be dropped (Python's last-resort
     handler only prints warnings). If the host application or pytest has configured
     handlers, they are left alone and our records propagate to them. ``force`` (used by
-    ``python -m router``) installs the handler regardless. The level comes from
+    ``python -m eventop.router``) installs the handler regardless. The level comes from
     ``EVENTOP_LOG_LEVEL`` (default INFO).
     """
     logger = logging.getLogger(LOGGER)

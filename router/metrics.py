@@ -1,7 +1,7 @@
 """Prometheus metrics of the router, correct under several gunicorn workers.
 
 Each gunicorn worker is its own process with its own counters, and a scrape reaches just
-one of them. ``python -m router`` therefore runs prometheus_client in multiprocess mode:
+one of them. ``python -m eventop.router`` therefore runs prometheus_client in multiprocess mode:
 it points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory *before* prometheus_client is
 imported anywhere, every process writes its samples to files there, and :func:`render`
 sums them over all workers (alive or dead). Without that variable (tests, a plain
@@ -24,7 +24,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _multiprocess
 
-from kube.client import KUBE_REQUESTS
+from eventop.kube.client import KUBE_REQUESTS
 
 EVENTS = Counter(
     "eventop_events", "CloudEvents received, by type, object kind and outcome "

@@ -1,4 +1,4 @@
-"""Turn an HTTP request into a :class:`handlers.events.Event`, or say exactly what is wrong.
+"""Turn an HTTP request into a :class:`eventop.handlers.events.Event`, or say exactly what is wrong.
 
 Parsing uses the CloudEvents SDK (v2 API: ``from_http`` with ``HTTPMessage`` and
 ``JSONFormat``), but the SDK is lenient where a router must not be:
@@ -29,7 +29,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from dateutil.parser import isoparse
 
-from handlers.events import REF_PREFIX, RESOURCE_PREFIX, Event
+from eventop.handlers.events import REF_PREFIX, RESOURCE_PREFIX, Event
 
 REQUIRED = ("id", "source", "type", "specversion")
 CORE = frozenset({*REQUIRED, "datacontenttype", "dataschema", "subject", "time"})

@@ -3,9 +3,10 @@
 Why programmatic (``gunicorn.app.base.BaseApplication``): the image, ``make demo`` and the
 tests all start the router the same way, with the defaults that matter here baked in:
 
-* prometheus_client multiprocess mode: ``python -m router`` sets ``PROMETHEUS_MULTIPROC_DIR``
-  before anything imports prometheus_client (see :mod:`router.__main__`), and the master's
-  ``child_exit`` hook calls ``mark_process_dead`` for every worker that exits;
+* prometheus_client multiprocess mode: ``python -m eventop.router`` sets
+  ``PROMETHEUS_MULTIPROC_DIR`` before anything imports prometheus_client (see
+  :mod:`eventop.router.__main__`), and the master's ``child_exit`` hook calls ``mark_process_dead``
+  for every worker that exits;
 * ``gthread`` workers when ``threads > 1``: handlers block on Kubernetes API calls, so
   threads let one worker overlap several events without more memory per event;
 * no gunicorn control socket (gunicorn >= 25 creates one in ``$HOME`` by default, which
@@ -125,11 +126,12 @@ def _child_exit(server: Any, worker: Any) -> None:
 
 
 class RouterServer(BaseApplication):  # type: ignore[misc]
-    """gunicorn running :func:`router.app.create_app` (or ``options.app``) in each worker."""
+    """gunicorn running :func:`eventop.router.app.create_app` (or ``options.app``) in each
+    worker."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        super().__init__(prog="python -m router")
+        super().__init__(prog="python -m eventop.router")
 
     def load_config(self) -> None:
         for key, value in self.options.gunicorn_settings().items():
@@ -141,8 +143,8 @@ class RouterServer(BaseApplication):  # type: ignore[misc]
 
             module, _, attr = self.options.app.partition(":")
             return getattr(importlib.import_module(module), attr or "app")()
-        from router import logs
-        from router.app import create_app
+        from eventop.router import logs
+        from eventop.router.app import create_app
 
         logs.configure(self.options.log_level, force=True)
         return create_app()

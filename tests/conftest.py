@@ -34,7 +34,7 @@ def local_kube() -> Iterator[object]:
 
 @pytest.fixture
 def kube(local_kube: object) -> object:
-    from kube import Kube
+    from eventop.kube import Kube
 
     return Kube.connect(url=local_kube.url)  # type: ignore[attr-defined]
 

@@ -1,7 +1,7 @@
-"""``python -m watcher run|record|replay|emit`` (see ``--help``)."""
+"""``python -m eventop.watcher run|record|replay|emit`` (see ``--help``)."""
 
 import sys
 
-from watcher.cli import main
+from eventop.watcher.cli import main
 
 sys.exit(main())

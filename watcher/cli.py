@@ -1,4 +1,4 @@
-"""``python -m watcher``: run, record, replay, emit.
+"""``python -m eventop.watcher``: run, record, replay, emit.
 
 Every flag has an environment variable (shown in ``--help``) so the same image is configured
 by a Deployment's ``env``; the sink follows the SinkBinding convention, ``K_SINK``.
@@ -20,11 +20,11 @@ from typing import Any
 
 import requests
 
-from kube import Kube, KubeError
-from watcher.cloudevent import simple_event, to_cloudevent
-from watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
-from watcher.leader import LeaderElector, default_identity, default_namespace
-from watcher.watch import (
+from eventop.kube import Kube, KubeError
+from eventop.watcher.cloudevent import simple_event, to_cloudevent
+from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
+from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
+from eventop.watcher.watch import (
     DEFAULT_RESOURCES,
     ResourceSpec,
     Watcher,
@@ -74,7 +74,7 @@ def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = F
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m watcher",
+        prog="python -m eventop.watcher",
         description="Kubernetes watch events as CloudEvents (Knative ApiServerSource, "
                     "Resource mode), posted to the eventop router.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -158,7 +158,7 @@ def _add_sender(p: argparse.ArgumentParser, source: str, sink_timeout: float = 3
 
 
 def _configure_logging(level: str) -> None:
-    from router.logs import configure  # the same JSON lines as the router
+    from eventop.router.logs import configure  # the same JSON lines as the router
 
     configure(level, force=True)
 
@@ -296,7 +296,7 @@ def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[in
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from watcher.recording import load_recording
+    from eventop.watcher.recording import load_recording
 
     sink = _need_sink(args)
     items = [Outgoing.of(to_cloudevent(change, obj, args.source))

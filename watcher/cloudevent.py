@@ -15,7 +15,7 @@ from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from handlers.events import RESOURCE_PREFIX, kube_extensions, subject_for
+from eventop.handlers.events import RESOURCE_PREFIX, kube_extensions, subject_for
 
 CHANGES = ("add", "update", "delete")
 WATCH_TYPE_TO_CHANGE = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
@@ -35,7 +35,7 @@ def to_cloudevent(change: str, obj: dict[str, Any], source: str,
     ``source`` is the API server URL; ``time`` is when the watcher saw the change (now if
     omitted; an RFC 3339 string is accepted too). ``plural`` names the resource in the subject
     for kinds outside eventop's static table (the watcher knows it from its configuration);
-    without it the subject is computed by :func:`handlers.events.subject_for`.
+    without it the subject is computed by :func:`eventop.handlers.events.subject_for`.
     """
     if change not in CHANGES:
         raise ValueError(f"change must be one of {', '.join(CHANGES)}, not {change!r}")

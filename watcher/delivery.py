@@ -43,7 +43,7 @@ import requests
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import Counter, Gauge
 
-from watcher.cloudevent import to_http
+from eventop.watcher.cloudevent import to_http
 
 log = logging.getLogger("eventop.watcher.delivery")
 

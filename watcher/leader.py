@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kube import Conflict, Kube, KubeError
+from eventop.kube import Conflict, Kube, KubeError
 
 log = logging.getLogger("eventop.watcher.leader")
 

@@ -45,11 +45,11 @@ from typing import Any, NamedTuple
 import urllib3
 from prometheus_client import Counter
 
-from kube import Kube, KubeError, Unavailable
-from kube.resources import Resource
-from watcher.cloudevent import WATCH_TYPE_TO_CHANGE, to_cloudevent
-from watcher.delivery import Backoff, Deliverer, Outgoing
-from watcher.recording import parse_watch_line
+from eventop.kube import Kube, KubeError, Unavailable
+from eventop.kube.resources import Resource
+from eventop.watcher.cloudevent import WATCH_TYPE_TO_CHANGE, to_cloudevent
+from eventop.watcher.delivery import Backoff, Deliverer, Outgoing
+from eventop.watcher.recording import parse_watch_line
 
 log = logging.getLogger("eventop.watcher")
 
@@ -478,7 +478,7 @@ def _describe(exc: BaseException, kube: Kube) -> str:
 
 
 class Watcher:
-    """All resource loops plus one deliverer: what ``python -m watcher run`` runs."""
+    """All resource loops plus one deliverer: what ``python -m eventop.watcher run`` runs."""
 
     def __init__(self, kube: Kube, specs: list[ResourceSpec], deliverer: Deliverer, *,
                  settings: WatchSettings | None = None, source: str | None = None) -> None:

@@ -1,7 +1,7 @@
 """CopyRule: keep ConfigMaps or Secrets copied into namespaces (replaces "Copyrator").
 
 Four handlers, each turning one kind of event into a reconcile of the smallest scope that
-event can have changed (see :mod:`handlers.copy_rules.reconcile`):
+event can have changed (see :mod:`eventop.handlers.copy_rules.reconcile`):
 
 * CopyRule added/changed (and every periodic resync): the whole rule, pruning copies that
   no longer match. Deleted: nothing to do; the copies carry ownerReferences to the rule, so
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from handlers.copy_rules.desired import (
+from eventop.handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
     RULE_LABEL,
@@ -32,9 +32,15 @@ from handlers.copy_rules.desired import (
     rule_label_value,
     source_namespaces,
 )
-from handlers.copy_rules.reconcile import Reads, Scope, list_rules, reconcile, refresh_status
-from handlers.events import Event
-from handlers.registry import on
+from eventop.handlers.copy_rules.reconcile import (
+    Reads,
+    Scope,
+    list_rules,
+    reconcile,
+    refresh_status,
+)
+from eventop.handlers.events import Event
+from eventop.handlers.registry import on
 
 Obj = dict[str, Any]
 ANY_KUBE_EVENT = "dev.knative.apiserver.*"  # Resource and Reference mode, add/update/delete

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kube.objects import (
+from eventop.kube.objects import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     content_hash,

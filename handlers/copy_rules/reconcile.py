@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from handlers.copy_rules.desired import (
+from eventop.handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
     SOURCE_ANNOTATION,
@@ -45,9 +45,9 @@ from handlers.copy_rules.desired import (
     source_namespaces,
     winning_sources,
 )
-from kube import errors
-from kube.client import now_rfc3339
-from kube.objects import label_selector_string, set_condition
+from eventop.kube import errors
+from eventop.kube.client import now_rfc3339
+from eventop.kube.objects import label_selector_string, set_condition
 
 log = logging.getLogger("eventop.copy_rules")
 
@@ -233,7 +233,7 @@ def reconcile(kube: Any, rule: Obj, scope: Scope, reads: Reads | None = None, *,
     our own write still finds its copy, so the 1,000 echoes of a fan-out recount nothing.
 
     Raises :class:`SpecError` for a rule that can not be acted on (after recording it in the
-    status) and lets :class:`kube.errors.Unavailable` through so the event is redelivered.
+    status) and lets :class:`eventop.kube.errors.Unavailable` through so the event is redelivered.
     """
     reads = reads or Reads(kube)
     name = rule["metadata"]["name"]

@@ -32,10 +32,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from handlers.events import PING_TYPE, REFRESH_TYPE, Event
-from handlers.exchange_rates import provider
-from handlers.exchange_rates.provider import ProviderError
-from handlers.exchange_rates.reconcile import (
+from eventop.handlers.events import PING_TYPE, REFRESH_TYPE, Event
+from eventop.handlers.exchange_rates import provider
+from eventop.handlers.exchange_rates.provider import ProviderError
+from eventop.handlers.exchange_rates.reconcile import (
     API_VERSION,
     KIND,
     Result,
@@ -45,9 +45,9 @@ from handlers.exchange_rates.reconcile import (
     currency_of,
     is_converged,
 )
-from handlers.registry import on
-from kube import objects
-from kube.errors import KubeError, NotFound
+from eventop.handlers.registry import on
+from eventop.kube import objects
+from eventop.kube.errors import KubeError, NotFound
 
 log = logging.getLogger("eventop.exchange_rates")
 

@@ -21,9 +21,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.exchange_rates.provider import ProviderError, Quote
-from kube import now_rfc3339, objects
-from kube.errors import Conflict
+from eventop.handlers.exchange_rates.provider import ProviderError, Quote
+from eventop.kube import now_rfc3339, objects
+from eventop.kube.errors import Conflict
 
 log = logging.getLogger("eventop.exchange_rates")
 

@@ -3,7 +3,7 @@
 Handlers registered here (Resource and Reference mode alike):
 
 * RegistryMirror add/update/delete -> full reconcile of that mirror (see
-  :mod:`handlers.mirrors.reconcile`), then of any mirror held back by a hostPort conflict
+  :mod:`eventop.handlers.mirrors.reconcile`), then of any mirror held back by a hostPort conflict
   that this change may have resolved. A deleted mirror needs nothing: every object carries
   an ownerReference, so the garbage collector removes them.
 * StatefulSet / DaemonSet events (the watcher watches those labelled
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.events import Event
-from handlers.mirrors.build import API_VERSION, KIND, Names
-from handlers.mirrors.reconcile import reconcile, reconcile_conflicted, refresh_status
-from handlers.registry import on
+from eventop.handlers.events import Event
+from eventop.handlers.mirrors.build import API_VERSION, KIND, Names
+from eventop.handlers.mirrors.reconcile import reconcile, reconcile_conflicted, refresh_status
+from eventop.handlers.registry import on
 
 ALL_CHANGES = "dev.knative.apiserver.*"
 

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
-from kube import objects, owner_reference, standard_labels
+from eventop.kube import objects, owner_reference, standard_labels
 
 Obj = dict[str, Any]
 

@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.mirrors import build
-from handlers.mirrors.build import API_VERSION, KIND, MirrorSpec, Names, SpecError
-from kube import Forbidden, Invalid, Kube, is_owned_by, now_rfc3339, set_condition
-from kube.objects import MANAGED_BY, MANAGED_BY_LABEL, get_condition
+from eventop.handlers.mirrors import build
+from eventop.handlers.mirrors.build import API_VERSION, KIND, MirrorSpec, Names, SpecError
+from eventop.kube import Forbidden, Invalid, Kube, is_owned_by, now_rfc3339, set_condition
+from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, get_condition
 
 log = logging.getLogger("eventop.handlers.mirrors")
 

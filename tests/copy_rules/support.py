@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from handlers.copy_rules import desired
-from handlers.events import Event
-from handlers.registry import Outcome, Registry, registry
+from eventop.handlers.copy_rules import desired
+from eventop.handlers.events import Event
+from eventop.handlers.registry import Outcome, Registry, registry
 
 Obj = dict[str, Any]
 Key = tuple[str, str | None, str]
@@ -19,11 +19,11 @@ WATCHED = (("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret"),
 
 def copy_rule_registry() -> Registry:
     """Only the CopyRule handlers (the other built-in handlers have their own tests)."""
-    import handlers.copy_rules  # noqa: F401  (registers on import)
+    import eventop.handlers.copy_rules  # noqa: F401  (registers on import)
 
     ours = Registry()
     for reg in registry.registrations:
-        if reg.fn.__module__ == "handlers.copy_rules":
+        if reg.fn.__module__ == "eventop.handlers.copy_rules":
             ours.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
     return ours
 

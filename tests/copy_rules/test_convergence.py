@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers.copy_rules import desired
+from eventop.handlers.copy_rules import desired
 from tests.copy_rules.support import Harness, config_map, copy_rule, namespace, secret
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,8 +191,8 @@ def actual_copies(h: Harness) -> dict[tuple[str, str, str], Obj]:
        deliver_twice=st.booleans(), seeded=st.booleans())
 def test_cluster_converges_to_what_the_rules_ask_for(ops: list[tuple[Any, bool]],
                                                      deliver_twice: bool, seeded: bool) -> None:
-    from kube import Kube
-    from localkube import LocalKube
+    from eventop.kube import Kube
+    from eventop.localkube import LocalKube
 
     with LocalKube(crd_dir=str(REPO / "crds")) as server:
         h = Harness(server, Kube.connect(url=server.url), deliver_twice=deliver_twice)

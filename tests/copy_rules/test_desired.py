@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from handlers.copy_rules import desired as d
-from handlers.copy_rules.desired import Slot
-from kube.objects import LABEL_VALUE
+from eventop.handlers.copy_rules import desired as d
+from eventop.handlers.copy_rules.desired import Slot
+from eventop.kube.objects import LABEL_VALUE
 
 Obj = dict[str, Any]
 

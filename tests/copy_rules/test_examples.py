@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from handlers.copy_rules import desired
+from eventop.handlers.copy_rules import desired
 from tests.support.crds import load_crd, storage_schema
 
 REPO = Path(__file__).resolve().parents[2]

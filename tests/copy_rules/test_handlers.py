@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from handlers.copy_rules import desired
-from handlers.events import REF_PREFIX, Event, kube_extensions
+from eventop.handlers.copy_rules import desired
+from eventop.handlers.events import REF_PREFIX, Event, kube_extensions
 from tests.copy_rules.support import (
     Harness,
     config_map,
@@ -293,7 +293,7 @@ def test_namespace_event_reads_only_that_namespace(h: Harness, local_kube: Any) 
 def test_two_replicas_handling_the_same_events_at_once_converge(h: Harness) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from kube import Kube
+    from eventop.kube import Kube
 
     for i in range(6):
         h.world_put(namespace(f"par-{i}"))
@@ -340,7 +340,7 @@ def test_object_created_at_a_copys_name_after_the_read_is_never_merged_into(
     different value: an object with no field in common with the copy would be merged into,
     gaining the rule's ownerReference (and so be deleted with the rule). A copy is therefore
     created with POST, which fails when anything already sits at the name."""
-    from handlers.copy_rules.reconcile import Reads, Scope, reconcile
+    from eventop.handlers.copy_rules.reconcile import Reads, Scope, reconcile
 
     h.world_put(namespace("team-c"))
     rule = h.rule("main-rule")

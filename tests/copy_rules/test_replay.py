@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from watcher.recording import load_recording
+from eventop.watcher.recording import load_recording
 
 Obj = dict[str, Any]
 RECORDING = "copy-rules"

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-import handlers
-from handlers.events import Event
-from handlers.exchange_rates import provider
-from handlers.exchange_rates.provider import FrankfurterClient
-from handlers.registry import Outcome, Registry
+from eventop import handlers
+from eventop.handlers.events import Event
+from eventop.handlers.exchange_rates import provider
+from eventop.handlers.exchange_rates.provider import FrankfurterClient
+from eventop.handlers.registry import Outcome, Registry
 from tests.exchange_rates.standin import RatesStandIn
 
 BASE_URL = "https://rates.test/v1"

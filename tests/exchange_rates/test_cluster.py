@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from handlers.events import REFRESH_TYPE
-from kube.errors import KubeError
+from eventop.handlers.events import REFRESH_TYPE
+from eventop.kube.errors import KubeError
 from tests.exchange_rates.standin import RatesStandIn
 
 pytestmark = pytest.mark.cluster

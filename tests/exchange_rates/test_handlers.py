@@ -8,10 +8,10 @@ import pytest
 import requests
 import requests_mock as rm
 
-from handlers.events import PING_TYPE, REFRESH_TYPE, Event
-from handlers.exchange_rates import RefreshIncomplete
-from handlers.exchange_rates.provider import ProviderUnavailable
-from handlers.registry import Registry
+from eventop.handlers.events import PING_TYPE, REFRESH_TYPE, Event
+from eventop.handlers.exchange_rates import RefreshIncomplete
+from eventop.handlers.exchange_rates.provider import ProviderUnavailable
+from eventop.handlers.registry import Registry
 from tests.exchange_rates.conftest import (
     BASE_URL,
     NAMESPACE,
@@ -450,7 +450,7 @@ def test_refresh_with_no_exchange_rates_asks_nothing(
 def test_refresh_reports_kubernetes_errors_for_redelivery(
         registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from kube.errors import Unavailable
+    from eventop.kube.errors import Unavailable
 
     local_kube.put(exchange_rate("a", "USD"))
     local_kube.put(exchange_rate("b", "GBP"))
@@ -476,7 +476,7 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
 def test_refresh_without_the_crd_installed_is_not_an_error(
         registry: Registry, kube: Any, requests_mock: rm.Mocker,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from kube.errors import NotFound
+    from eventop.kube.errors import NotFound
 
     def no_crd(*args: Any, **kwargs: Any) -> list[Obj]:
         raise NotFound("the server could not find the requested resource")
@@ -527,8 +527,8 @@ def test_configmap_created_by_someone_after_the_read_is_never_merged_into(
     """Server-side apply would merge our keys and ownerReference into an object sharing no
     field with ours (so it would be deleted with the ExchangeRate): the ConfigMap is created
     with POST, which fails if the name is taken."""
-    from handlers.exchange_rates.provider import Quote
-    from handlers.exchange_rates.reconcile import converge
+    from eventop.handlers.exchange_rates.provider import Quote
+    from eventop.handlers.exchange_rates.reconcile import converge
 
     stored = local_kube.put(exchange_rate("exchange-rate-usd", "USD"))
     theirs = {"apiVersion": "v1", "kind": "ConfigMap",

@@ -8,8 +8,8 @@ import pytest
 import requests
 import requests_mock as rm
 
-from handlers.exchange_rates import provider
-from handlers.exchange_rates.provider import (
+from eventop.handlers.exchange_rates import provider
+from eventop.handlers.exchange_rates.provider import (
     FrankfurterClient,
     MalformedAnswer,
     ProviderRateLimited,

@@ -16,8 +16,8 @@ from typing import Any
 
 import requests_mock as rm
 
-from handlers.events import REFRESH_TYPE, Event
-from handlers.registry import Registry
+from eventop.handlers.events import REFRESH_TYPE, Event
+from eventop.handlers.registry import Registry
 from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
 from tests.exchange_rates.standin import RatesStandIn, answer
 from tests.support.pipeline import replay_recording, world_copy

@@ -4,7 +4,7 @@ Three pieces, used by ``test_install_rbac.py``:
 
 * :func:`access_of` maps one API request (method, URL path, query, content type) to the
   RBAC ``(apiGroup, resource[/subresource], verb)`` the API server authorizes it as;
-* :class:`KubeRecorder` records every request made through :class:`kube.Kube` in this
+* :class:`KubeRecorder` records every request made through :class:`eventop.kube.Kube` in this
   process, with the first-party call site that made it and the body it sent;
 * :func:`kube_call_sites` finds, statically, every ``kube.<method>(...)`` call in a package,
   so a test can tell which calls the scenarios never reached (and so could not derive).
@@ -117,7 +117,8 @@ class Call:
 
 @dataclass
 class KubeRecorder:
-    """Every request made through ``kube.Kube.request`` while :meth:`recording` is active."""
+    """Every request made through ``eventop.kube.Kube.request`` while :meth:`recording` is
+    active."""
 
     packages: tuple[str, ...] = ("handlers", "router", "watcher")
     calls: list[Call] = field(default_factory=list)
@@ -137,7 +138,7 @@ class KubeRecorder:
 
     @contextmanager
     def recording(self) -> Iterator[KubeRecorder]:
-        from kube.client import Kube
+        from eventop.kube.client import Kube
 
         original = Kube.request
         recorder = self

@@ -1,12 +1,13 @@
 """The image's entry points, run the way the image runs them, without a container engine.
 
-The image is: a virtualenv holding exactly the runtime section of requirements.txt, plus the
-four packages the Dockerfile copies, run as ``python -m <module>`` from /app. Here: a fresh
-virtualenv (no pip, nothing inherited) whose site-packages links exactly those pinned
-distributions (taken from the project's virtualenv, versions checked against the pins, so
-no network is needed), and a working directory holding only the copied packages. If the
-router or the watcher imported a test-only package (pytest, requests-mock, localkube, ...)
-or a package the Dockerfile does not copy, they would fail here as they would in the image.
+The image is: a virtualenv holding exactly the runtime section of requirements.txt, plus
+eventop as its wheel lays it out (``pyproject.toml`` maps each room of the repository to
+``eventop.<room>``) without the local API server, run as ``python -m eventop.<component>``.
+Here: a fresh virtualenv (no pip, nothing inherited) whose site-packages links exactly those
+pinned distributions (taken from the project's virtualenv, versions checked against the pins,
+so no network is needed) and eventop's packages at the places the wheel puts them. If the
+router or the watcher imported a test-only package (pytest, requests-mock, the local API
+server, ...) they would fail here as they would in the image.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import pytest
 import requests
 
 from tests.install.support import REPO, image_env
-
-COPIED = ("kube", "handlers", "router", "watcher")  # the Dockerfile's COPY lines (checked there)
+from tests.install.test_install_dockerfile import package_dirs
 
 
 def runtime_pins() -> dict[str, str]:
@@ -64,8 +64,16 @@ def image_like(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 target.symlink_to(base / top)
     app = root / "app"
     app.mkdir()
-    for package in COPIED:
-        (app / package).symlink_to(REPO / package, target_is_directory=True)
+    (site / "eventop").mkdir()
+    for package, room in package_dirs().items():
+        if room == "localkube":  # the Dockerfile removes it (checked there)
+            continue
+        target = site.joinpath(*package.split("."))
+        if package == "eventop":
+            for entry in (REPO / room).iterdir():
+                (target / entry.name).symlink_to(entry)
+        else:
+            target.symlink_to(REPO / room, target_is_directory=True)
     # The image's own ENV, with /tmp standing for the pods' /tmp: an emptyDir, empty at start.
     tmp = root / "tmp"
     tmp.mkdir()
@@ -86,7 +94,7 @@ def run(image: dict[str, Any], *args: str, **env: str) -> subprocess.CompletedPr
 def test_the_image_environment_holds_no_test_tools(image_like: dict[str, Any]) -> None:
     probe = run(image_like, "pytest", "--version")
     assert probe.returncode != 0 and "No module named pytest" in probe.stderr
-    for module in ("requests_mock", "kubernetes_validate", "localkube", "tests"):
+    for module in ("requests_mock", "kubernetes_validate", "eventop.localkube", "tests"):
         proc = subprocess.run([image_like["python"], "-c", f"import {module}"],
                               cwd=image_like["app"], env=image_like["env"],
                               capture_output=True, text=True, timeout=60, check=False)
@@ -94,15 +102,15 @@ def test_the_image_environment_holds_no_test_tools(image_like: dict[str, Any]) -
 
 
 def test_watcher_help_runs_from_the_image_environment(image_like: dict[str, Any]) -> None:
-    proc = run(image_like, "watcher", "--help")
+    proc = run(image_like, "eventop.watcher", "--help")
     assert proc.returncode == 0, proc.stderr
     for command in ("run", "emit", "replay", "record"):
         assert command in proc.stdout
-    assert run(image_like, "watcher", "run", "--help").returncode == 0
+    assert run(image_like, "eventop.watcher", "run", "--help").returncode == 0
 
 
 def test_router_help_runs_from_the_image_environment(image_like: dict[str, Any]) -> None:
-    proc = run(image_like, "router", "--help")
+    proc = run(image_like, "eventop.router", "--help")
     assert proc.returncode == 0, proc.stderr
     assert "PORT" in proc.stdout
 
@@ -115,12 +123,13 @@ def free_port() -> int:
 
 def test_router_serves_on_port_from_the_environment(image_like: dict[str, Any],
                                                     local_kube: Any) -> None:
-    """The image's default command (``python -m router``), PORT from the environment,
+    """The image's default command (``python -m eventop.router``), PORT from the environment,
     multiprocess metrics in a directory it must create, against the local API server."""
     port = free_port()
     metrics = image_like["root"] / "tmp" / "metrics"
     proc = subprocess.Popen(
-        [image_like["python"], "-m", "router", "--host", "127.0.0.1"], cwd=image_like["app"],
+        [image_like["python"], "-m", "eventop.router", "--host", "127.0.0.1"],
+        cwd=image_like["app"],
         env={**image_like["env"], "PORT": str(port), "WEB_CONCURRENCY": "2",
              "PROMETHEUS_MULTIPROC_DIR": str(metrics), "EVENTOP_KUBE_URL": local_kube.url},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -9,9 +9,9 @@
   writes add ``update`` on the owners' ``finalizers``. A static scan lists every
   ``kube.<method>(...)`` call in ``handlers/`` and ``router/``; one the scenarios did not reach
   fails the test (its permissions could not be derived), unless :data:`NOT_REACHED` explains it.
-* Watcher: ``python -m watcher run`` (the image's command) against the local API server;
+* Watcher: ``python -m eventop.watcher run`` (the image's command) against the local API server;
   its list and watch requests, as served, are the permissions it needs.
-* Refresh CronJob: ``python -m watcher emit`` makes no API request at all, so its
+* Refresh CronJob: ``python -m eventop.watcher emit`` makes no API request at all, so its
   ServiceAccount has no binding and mounts no token.
 * ApiServerSource: Knative requires get, list and watch on each resource it watches, which
   must be the watcher's resources.
@@ -63,7 +63,7 @@ NOT_REACHED: dict[str, str] = {}
 # -- helpers ---------------------------------------------------------------------------------
 
 def plurals() -> dict[tuple[str, str], tuple[str, str]]:
-    from kube.resources import BUILTIN
+    from eventop.kube.resources import BUILTIN
 
     return {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
 
@@ -100,7 +100,7 @@ class RouterScenarios:
         self.answers: list[tuple[int, Any]] = []
 
     def post(self, change: str, obj: dict) -> int:
-        from watcher.cloudevent import to_cloudevent, to_http
+        from eventop.watcher.cloudevent import to_cloudevent, to_http
 
         headers, body = to_http(to_cloudevent(change, obj, "https://127.0.0.1:6443"))
         return self._answer(self.client.post("/", data=body, headers=headers))
@@ -114,7 +114,7 @@ class RouterScenarios:
     def post_type(self, type_: str) -> int:
         from cloudevents.core.v1.event import CloudEvent
 
-        from watcher.cloudevent import to_http
+        from eventop.watcher.cloudevent import to_http
 
         headers, body = to_http(CloudEvent(attributes={
             "type": type_, "source": "/tests/install", "id": f"rbac-{next(self.ids)}",
@@ -125,7 +125,7 @@ class RouterScenarios:
         """A Reference-mode event (Knative ApiServerSource ``mode: Reference``)."""
         from cloudevents.core.v1.event import CloudEvent
 
-        from watcher.cloudevent import to_http
+        from eventop.watcher.cloudevent import to_http
 
         meta = obj["metadata"]
         headers, body = to_http(CloudEvent(attributes={
@@ -146,8 +146,8 @@ class RouterScenarios:
         return stored
 
     def replay(self, name: str) -> None:
+        from eventop.watcher.recording import load_initial, load_recording
         from tests.support.pipeline import world_copy
-        from watcher.recording import load_initial, load_recording
 
         paths = [RECORDINGS / name]
         for obj in load_initial(paths):
@@ -259,7 +259,7 @@ class RouterScenarios:
                     (call.body or {}).get("spec", {}).get("resources", {}).get(
                         "requests", {}).get("storage") == "200Gi"):
                 recorder.interceptors.remove(refuse_resize)
-                from kube.errors import from_response
+                from eventop.kube.errors import from_response
 
                 raise from_response(422, refused, f"apply {call.path}")
 
@@ -348,14 +348,14 @@ class RouterScenarios:
 def builtin_registry() -> Any:
     """The shipped handlers only: other test modules may have registered test handlers in
     the process-wide registry, and their API calls are not the router's."""
-    import handlers
-    from handlers.registry import Registry
+    from eventop import handlers
+    from eventop.handlers.registry import Registry
 
     registry = Registry()
     for reg in handlers.load("").registrations:
         if reg.fn.__module__.startswith(handlers.BUILTIN):
             registry.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
-    assert {r.fn.__module__.split(".")[1] for r in registry.registrations} == {
+    assert {r.fn.__module__.split(".")[2] for r in registry.registrations} == {
         "copy_rules", "exchange_rates", "mirrors"}
     return registry
 
@@ -383,10 +383,10 @@ class FakeRates:
 def router_trace() -> Iterator[KubeRecorder]:
     import requests_mock
 
-    from handlers.exchange_rates import provider
-    from kube import Kube
-    from localkube import LocalKube
-    from router.app import create_app
+    from eventop.handlers.exchange_rates import provider
+    from eventop.kube import Kube
+    from eventop.localkube import LocalKube
+    from eventop.router.app import create_app
 
     rates = FakeRates()
     client = provider.FrankfurterClient(RATES_URL, sleep=lambda _s: None)
@@ -499,7 +499,7 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
     watches every default resource; what it asked for is what it needs. Leader election is
     off there (one replica), so no Lease access; turned on in the manifest, it would be
     derived here too."""
-    from watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+    from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec
 
     wanted = {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
     with Sink() as sink:
@@ -547,7 +547,7 @@ def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:
 
 
 def test_apiserversource_watches_the_watchers_resources_read_only() -> None:
-    from watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+    from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec
 
     objs = render("knative")
     source = find(objs, "ApiServerSource", "eventop")

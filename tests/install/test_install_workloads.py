@@ -69,7 +69,7 @@ def test_router_deployment_serves_on_port_and_probes_it() -> None:
     dep = find(objs, "Deployment", "eventop-router")
     assert dep["spec"]["replicas"] == 2
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert c["args"][0] == "router"
+    assert c["args"][0] == "eventop.router"
     env = env_of(c)
     port = {p["name"]: p["containerPort"] for p in c["ports"]}["http"]
     assert env["PORT"] == str(port) == "8080"
@@ -93,7 +93,7 @@ def test_watcher_and_refresh_post_to_the_router_service() -> None:
     watcher = find(objs, "Deployment", "eventop-watcher")
     assert watcher["spec"]["replicas"] == 1
     (wc,) = watcher["spec"]["template"]["spec"]["containers"]
-    assert wc["args"] == ["watcher", "run"]
+    assert wc["args"] == ["eventop.watcher", "run"]
     assert env_of(wc)["K_SINK"] == ROUTER_URL
     cron = find(objs, "CronJob", "eventop-rates-refresh")
     spec = cron["spec"]
@@ -103,7 +103,7 @@ def test_watcher_and_refresh_post_to_the_router_service() -> None:
     assert 0 < spec["successfulJobsHistoryLimit"] <= 5
     assert 0 < spec["failedJobsHistoryLimit"] <= 5
     (rc,) = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert rc["args"] == ["watcher", "emit", "dev.eventop.exchangerates.refresh", "--sink",
+    assert rc["args"] == ["eventop.watcher", "emit", "dev.eventop.exchangerates.refresh", "--sink",
                           "$(K_SINK)"]
     assert env_of(rc)["K_SINK"] == ROUTER_URL
     # The URL names the Service that exists, in the namespace it is in, on port 80.
@@ -118,7 +118,7 @@ def test_watcher_runs_alone_unless_it_elects_a_leader_and_probes_its_metrics_por
     KUBERNETES_SERVICE_HOST, which the kubelet sets in every pod): more than one replica, or
     a rollout that overlaps two pods, needs leader election; the liveness probe's port is
     the one the metrics server listens on."""
-    from watcher.cli import build_parser
+    from eventop.watcher.cli import build_parser
 
     dep = find(render("deploy"), "Deployment", "eventop-watcher")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
@@ -127,7 +127,7 @@ def test_watcher_runs_alone_unless_it_elects_a_leader_and_probes_its_metrics_por
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     for name, value in env_of(c).items():
         monkeypatch.setenv(name, value)
-    assert c["args"][0] == "watcher"
+    assert c["args"][0] == "eventop.watcher"
     args = build_parser().parse_args(c["args"][1:])
     if not args.leader_elect:
         assert dep["spec"]["replicas"] == 1

@@ -1,11 +1,12 @@
-"""kube.Kube against the local API server over HTTP: discovery-based CRD wait, error mapping."""
+"""eventop.kube.Kube against the local API server over HTTP: discovery-based CRD wait and
+error mapping."""
 
 from __future__ import annotations
 
 import pytest
 
-from kube import Kube, NotFound, Unavailable
-from localkube import LocalKube
+from eventop.kube import Kube, NotFound, Unavailable
+from eventop.localkube import LocalKube
 
 EVENTOP_KINDS = {("eventop.dev/v1", "CopyRule"), ("eventop.dev/v1", "ExchangeRate"),
                  ("eventop.dev/v1", "RegistryMirror")}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kube import label_selector_string, owner_reference, selector_matches, set_condition
+from eventop.kube import label_selector_string, owner_reference, selector_matches, set_condition
 
 
 def test_label_selector_string_renders_match_labels_and_expressions():
@@ -43,7 +43,7 @@ def test_owner_reference_points_at_owner_uid_as_controller():
 
 
 def test_label_value_keeps_valid_values_and_shortens_long_ones_without_collisions():
-    from kube.objects import LABEL_VALUE, label_value, standard_labels
+    from eventop.kube.objects import LABEL_VALUE, label_value, standard_labels
 
     assert label_value("my-rule.v2") == "my-rule.v2"
     long_a, long_b = "a" * 100 + ".x", "a" * 100 + ".y"
@@ -54,7 +54,7 @@ def test_label_value_keeps_valid_values_and_shortens_long_ones_without_collision
 
 
 def test_get_condition_finds_by_type_and_is_none_when_absent():
-    from kube.objects import get_condition
+    from eventop.kube.objects import get_condition
 
     conditions = set_condition(None, "Ready", True, "Ok", "", "t1")
     conditions = set_condition(conditions, "Degraded", False, "Fine", "", "t1")

@@ -1,6 +1,6 @@
 """Fixtures for localkube's own tests: a fast-bookmarking server and a raw HTTP client.
 
-Most tests drive localkube through ``kube.Kube`` (the official client over HTTP); exact
+Most tests drive localkube through ``eventop.kube.Kube`` (the official client over HTTP); exact
 error bodies and watch lines are read with ``requests`` so nothing reshapes them.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kube import Kube
-from localkube import LocalKube
+from eventop.kube import Kube
+from eventop.localkube import LocalKube
 from tests.localkube.support import Http
 from tests.support.apiserver import local_kube_server
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kube import Kube, errors
-from localkube import LocalKube
+from eventop.kube import Kube, errors
+from eventop.localkube import LocalKube
 from tests.localkube.support import REPO, Http, cm
 
 

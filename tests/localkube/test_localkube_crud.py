@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kube import Kube, errors
-from localkube import LocalKube
+from eventop.kube import Kube, errors
+from eventop.localkube import LocalKube
 from tests.localkube.support import Http, cm
 
 

@@ -11,8 +11,8 @@ import threading
 import pytest
 import requests
 
-from kube import Kube
-from localkube import ApiError, LocalKube
+from eventop.kube import Kube
+from eventop.localkube import ApiError, LocalKube
 from tests.localkube.support import REPO, Http, cm
 
 
@@ -93,7 +93,7 @@ def test_stop_closes_every_connection_and_thread() -> None:
 
 
 def test_the_cli_prints_its_url_and_stops_on_sigterm() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "localkube", "--port", "0"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "eventop.localkube", "--port", "0"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -110,7 +110,7 @@ def test_the_cli_prints_its_url_and_stops_on_sigterm() -> None:
 
 
 def test_the_cli_explains_a_busy_port(lk: LocalKube) -> None:
-    result = subprocess.run([sys.executable, "-m", "localkube", "--port", str(lk.port)],
+    result = subprocess.run([sys.executable, "-m", "eventop.localkube", "--port", str(lk.port)],
                             cwd=REPO, capture_output=True, text=True, timeout=30,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 1 and "cannot start" in result.stderr

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from localkube import LocalKube
+from eventop.localkube import LocalKube
 from tests.localkube.support import REPO, Http, cm, recording
 
 NS_PATH = "/api/v1/namespaces"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from kube import Kube, errors
-from localkube.validation import MSG_QUALIFIED
+from eventop.kube import Kube, errors
+from eventop.localkube.validation import MSG_QUALIFIED
 from tests.localkube.support import Http, cm
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import requests
 
-from kube import Kube, errors
-from localkube import LocalKube
+from eventop.kube import Kube, errors
+from eventop.localkube import LocalKube
 from tests.localkube.support import REPO, Http, RawWatch, cm
 
 CMS = "/api/v1/namespaces/default/configmaps"

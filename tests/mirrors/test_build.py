@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.mirrors import build
-from handlers.mirrors.build import Names, SpecError
-from kube import selector_matches
+from eventop.handlers.mirrors import build
+from eventop.handlers.mirrors.build import Names, SpecError
+from eventop.kube import selector_matches
 
 Obj = dict[str, Any]
 

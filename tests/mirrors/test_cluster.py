@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from handlers.mirrors.build import Names
-from kube.errors import KubeError
+from eventop.handlers.mirrors.build import Names
+from eventop.kube.errors import KubeError
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from handlers.mirrors import build
+from eventop.handlers.mirrors import build
 from tests.support.crds import load_crd, storage_schema
 
 REPO = Path(__file__).resolve().parents[2]

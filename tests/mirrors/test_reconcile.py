@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from handlers.events import REF_PREFIX, Event
-from handlers.mirrors import on_credentials_secret, on_mirror_workload, on_registry_mirror
-from handlers.mirrors.build import Names
-from kube import Kube
+from eventop.handlers.events import REF_PREFIX, Event
+from eventop.handlers.mirrors import on_credentials_secret, on_mirror_workload, on_registry_mirror
+from eventop.handlers.mirrors.build import Names
+from eventop.kube import Kube
 
 Obj = dict[str, Any]
 NS = "registry-mirrors"
@@ -239,7 +239,7 @@ def test_a_bigger_size_resizes_the_claim(world: Any, kube: Kube) -> None:
 
 @pytest.fixture
 def unbound_world() -> Iterator[Any]:
-    from localkube import LocalKube
+    from eventop.localkube import LocalKube
 
     server = LocalKube(crd_dir=str(REPO / "crds"), bind_pvcs=False)
     server.start()

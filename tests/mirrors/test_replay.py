@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-import handlers
-from handlers.events import Event
-from handlers.mirrors.build import Names
-from handlers.registry import Registry
+from eventop import handlers
+from eventop.handlers.events import Event
+from eventop.handlers.mirrors.build import Names
+from eventop.handlers.registry import Registry
 from tests.support.pipeline import replay_recording, world_copy
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
@@ -102,7 +102,7 @@ def registry() -> Registry:
     handlers.load("", builtin="mirrors")
     own = Registry()
     for reg in handlers.registry.registrations:
-        if reg.fn.__module__.startswith("handlers.mirrors"):
+        if reg.fn.__module__.startswith("eventop.handlers.mirrors"):
             own.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
     assert own.registrations
     return own

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from handlers.mirrors import build
-from handlers.mirrors.reconcile import (
+from eventop.handlers.mirrors import build
+from eventop.handlers.mirrors.reconcile import (
     Problem,
     compute_status,
     foreign_objects,
     host_port_conflict,
     plan_pvc,
 )
-from kube.objects import status_changed
+from eventop.kube.objects import status_changed
 
 Obj = dict[str, Any]
 NOW = "2026-11-21T08:00:00Z"

@@ -1,10 +1,10 @@
 """Handlers for the router's process tests: each appends what it received to a file.
 
-Loaded into ``python -m router`` through ``EVENTOP_HANDLERS=tests.router.recording_handlers``
-(with ``EVENTOP_BUILTIN_HANDLERS=none``, so only these run). Every call appends one JSON
-line to the file named by ``EVENTOP_TEST_RECORD``: which handler ran, for which event id,
-in which worker process. One ``os.write`` on an ``O_APPEND`` file per line keeps lines
-from several workers whole.
+Loaded into ``python -m eventop.router`` through
+``EVENTOP_HANDLERS=tests.router.recording_handlers`` (with ``EVENTOP_BUILTIN_HANDLERS=none``,
+so only these run). Every call appends one JSON line to the file named by ``EVENTOP_TEST_RECORD``:
+which handler ran, for which event id, in which worker process. One ``os.write`` on an ``O_APPEND``
+file per line keeps lines from several workers whole.
 
 Only the router processes import this module: importing it in the test process would add
 these handlers to the process-wide registry that other test modules dispatch through.
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from handlers import Event, on
-from kube.errors import Unavailable
+from eventop.handlers import Event, on
+from eventop.kube.errors import Unavailable
 from tests.router.router_helpers import (
     FAIL_TYPE,
     HANDLER_FOR_KIND,

@@ -12,11 +12,11 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 
-from handlers.events import Event
-from handlers.registry import Registry
-from kube.errors import NotFound, Unavailable
-from router.app import DEFAULT_MAX_BODY, KubeProvider, create_app
-from router.logs import JsonFormatter
+from eventop.handlers.events import Event
+from eventop.handlers.registry import Registry
+from eventop.kube.errors import NotFound, Unavailable
+from eventop.router.app import DEFAULT_MAX_BODY, KubeProvider, create_app
+from eventop.router.logs import JsonFormatter
 from tests.router.router_helpers import (
     binary,
     cloudevent,
@@ -27,7 +27,7 @@ from tests.router.router_helpers import (
 
 
 class FakeKube:
-    """Stands in for ``kube.Kube`` where only ``ping`` and discovery matter."""
+    """Stands in for ``eventop.kube.Kube`` where only ``ping`` and discovery matter."""
 
     host = "http://fake-api"
 
@@ -681,7 +681,7 @@ def test_json_formatter_writes_one_line_per_record() -> None:
 # -- Kubernetes access per worker ------------------------------------------------------------
 
 def test_kube_is_connected_lazily_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kube
+    from eventop import kube
 
     made: list[int] = []
 
@@ -705,7 +705,7 @@ def _no_kube_configured(monkeypatch: pytest.MonkeyPatch, home: Any) -> None:
 
 
 def test_line_handler_writes_whole_json_lines_to_its_descriptor(tmp_path: Any) -> None:
-    from router.logs import LineHandler
+    from eventop.router.logs import LineHandler
 
     path = tmp_path / "log"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
@@ -729,7 +729,7 @@ def test_line_handler_writes_whole_json_lines_to_its_descriptor(tmp_path: Any) -
 
 def test_logging_setup_leaves_configured_logging_alone_unless_forced(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from router import logs
+    from eventop.router import logs
 
     logger = logging.getLogger("eventop")
     monkeypatch.setattr(logger, "handlers", [])
@@ -747,7 +747,7 @@ def test_logging_setup_leaves_configured_logging_alone_unless_forced(
 
 def test_event_metric_series_are_bounded_whatever_types_a_sender_invents(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from router import metrics
+    from eventop.router import metrics
 
     monkeypatch.setattr(metrics, "MAX_EVENT_SERIES", 2)
     monkeypatch.setattr(metrics, "_series", set())

@@ -1,4 +1,5 @@
-"""``python -m router``'s options and the gunicorn settings they become (no server started)."""
+"""``python -m eventop.router``'s options and the gunicorn settings they become (no server
+started)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from router import __main__ as cli
-from router.server import ServerOptions
+from eventop.router import __main__ as cli
+from eventop.router.server import ServerOptions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ def test_outside_a_container_the_router_binds_loopback_by_default(
 def test_port_workers_and_threads_come_from_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[ServerOptions] = []
-    monkeypatch.setattr("router.server.serve", served.append)
+    monkeypatch.setattr("eventop.router.server.serve", served.append)
     monkeypatch.setenv("PORT", "9191")
     monkeypatch.setenv("WEB_CONCURRENCY", "3")
     monkeypatch.setenv("EVENTOP_THREADS", "1")
@@ -70,7 +71,7 @@ def test_port_workers_and_threads_come_from_the_environment(
 
 def test_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[ServerOptions] = []
-    monkeypatch.setattr("router.server.serve", served.append)
+    monkeypatch.setattr("eventop.router.server.serve", served.append)
     monkeypatch.setenv("PORT", "9191")
     monkeypatch.setenv("WEB_CONCURRENCY", "3")
     _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
@@ -84,7 +85,7 @@ def test_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_defaults_are_port_8080_two_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[ServerOptions] = []
-    monkeypatch.setattr("router.server.serve", served.append)
+    monkeypatch.setattr("eventop.router.server.serve", served.append)
     for name in ("PORT", "WEB_CONCURRENCY", "EVENTOP_THREADS", "PROMETHEUS_MULTIPROC_DIR"):
         _unset_but_restored(monkeypatch, name)
     cli.main([])
@@ -98,7 +99,7 @@ def test_workers_finish_before_the_kubelet_kills_the_pod(monkeypatch: pytest.Mon
     import yaml
 
     served: list[ServerOptions] = []
-    monkeypatch.setattr("router.server.serve", served.append)
+    monkeypatch.setattr("eventop.router.server.serve", served.append)
     _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
     cli.main([])
     [options] = served
@@ -141,7 +142,7 @@ def test_app_factory_is_loadable_by_plain_gunicorn(monkeypatch: pytest.MonkeyPat
     from gunicorn.util import import_app
 
     monkeypatch.setenv("EVENTOP_BUILTIN_HANDLERS", "none")
-    app = import_app("router.app:create_app()")
+    app = import_app("eventop.router.app:create_app()")
     assert isinstance(app, Flask)
     assert {"/", "/events", "/healthz", "/readyz", "/metrics"} <= {
         rule.rule for rule in app.url_map.iter_rules()}
@@ -152,9 +153,10 @@ def test_starting_the_cli_imports_no_prometheus_client_before_the_metrics_dir_is
     import subprocess
     import sys
 
-    code = ("import sys, router.__main__; "
+    code = ("import sys, eventop.router.__main__; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('prometheus_client', 'kube', 'flask', 'handlers')))")
+            "('prometheus_client', 'flask') or m.startswith(('eventop.kube', "
+            "'eventop.handlers'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"

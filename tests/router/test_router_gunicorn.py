@@ -1,4 +1,4 @@
-"""The router as it really runs: ``python -m router`` under gunicorn, over real HTTP.
+"""The router as it really runs: ``python -m eventop.router`` under gunicorn, over real HTTP.
 
 One router (2 workers) serves the whole module, with only the recording handlers of
 :mod:`tests.router.recording_handlers` loaded; each handler appends what it got to a file.
@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import requests
 
+from eventop.watcher.cloudevent import to_cloudevent, to_http
+from eventop.watcher.recording import load_recording
 from tests.router.router_helpers import (
     FAIL_TYPE,
     HANDLER_FOR_KIND,
@@ -32,8 +34,6 @@ from tests.router.router_helpers import (
 from tests.support.apiserver import local_kube_server
 from tests.support.processes import RouterProcess, free_port
 from tests.support.waiting import wait_until
-from watcher.cloudevent import to_cloudevent, to_http
-from watcher.recording import load_recording
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = REPO / "tests" / "recordings"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from localkube import LocalKube
+from eventop.localkube import LocalKube
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 

@@ -1,6 +1,6 @@
 """The whole pipeline for tests: an API server, the router under gunicorn, CloudEvents on the wire.
 
-``LocalPipeline`` runs against :class:`localkube.LocalKube`; ``ClusterPipeline`` against the
+``LocalPipeline`` runs against :class:`eventop.localkube.LocalKube`; ``ClusterPipeline`` against the
 real cluster of ``EVENTOP_TEST_KUBECONFIG``. Both offer the same verbs, so a scenario can be
 written once: ``world_put``/``world_remove`` change the cluster as the outside world would,
 ``post`` sends the CloudEvent the watcher would send for an object, ``replay`` does both for a
@@ -18,11 +18,11 @@ import requests
 from cloudevents.core.v1.event import CloudEvent
 
 from demo.world import world_copy
-from kube import Kube
+from eventop.kube import Kube
+from eventop.watcher.cloudevent import simple_event, to_cloudevent, to_http
+from eventop.watcher.recording import load_initial, load_recording
 from tests.support.processes import RouterProcess
 from tests.support.waiting import wait_until
-from watcher.cloudevent import simple_event, to_cloudevent, to_http
-from watcher.recording import load_initial, load_recording
 
 Obj = dict[str, Any]
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
@@ -96,7 +96,7 @@ class _Pipeline:
         return self._send(to_cloudevent(change, obj, self.source))
 
     def post_event(self, type_: str, data: Any = None) -> int:
-        """Post any other event (a refresh, a ping), as ``python -m watcher emit`` does."""
+        """Post any other event (a refresh, a ping), as ``python -m eventop.watcher emit`` does."""
         return self._send(simple_event(type_, "/tests", data, f"test-{time.monotonic_ns()}"))
 
     def _send(self, event: CloudEvent) -> int:

@@ -1,4 +1,5 @@
-"""``python -m watcher replay`` and ``emit``: what the CronJob and the replay tests rely on."""
+"""``python -m eventop.watcher replay`` and ``emit``: what the CronJob and the replay tests
+rely on."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from watcher.cli import build_parser, main
-from watcher.recording import load_recording
-from watcher.watch import DEFAULT_RESOURCES, ResourceSpec, parse_resources
+from eventop.watcher.cli import build_parser, main
+from eventop.watcher.recording import load_recording
+from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec, parse_resources
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def test_emit_posts_one_refresh_event_with_its_data(sink) -> None:
 
 def test_emit_exit_code_reports_a_sink_that_never_accepts() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "watcher", "emit", "dev.eventop.exchangerates.refresh",
+        [sys.executable, "-m", "eventop.watcher", "emit", "dev.eventop.exchangerates.refresh",
          "--sink", "http://127.0.0.1:9/", "--max-attempts", "2", *FAST],
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
@@ -92,7 +93,7 @@ def test_resource_specs_parse_every_documented_form() -> None:
 
 def test_emit_waits_longer_than_the_refresh_handler_may_take(monkeypatch) -> None:
     """A refresh retried while the first still runs would hit the provider twice."""
-    from handlers.exchange_rates.provider import FrankfurterClient
+    from eventop.handlers.exchange_rates.provider import FrankfurterClient
 
     monkeypatch.delenv("EVENTOP_SINK_TIMEOUT_SECONDS", raising=False)
     args = build_parser().parse_args(["emit", "dev.eventop.exchangerates.refresh"])

@@ -7,8 +7,8 @@ import logging
 import pytest
 import requests
 
-from watcher.cloudevent import to_cloudevent
-from watcher.delivery import (
+from eventop.watcher.cloudevent import to_cloudevent
+from eventop.watcher.delivery import (
     Backoff,
     Deliverer,
     Outgoing,

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from kube import Kube
+from eventop.kube import Kube
+from eventop.watcher.leader import LeaderElector
 from tests.support.processes import WatcherProcess
 from tests.support.waiting import wait_until
-from watcher.leader import LeaderElector
 
 # Short, for a quick suite, but with room for a loaded CI machine: the leader renews every
 # 0.1 s and only loses its lease if it stalls for 1.2 s (a candidate waits 2 s).

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import requests
 
-from kube import Kube
+from eventop.kube import Kube
+from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
+from eventop.watcher.recording import load_initial, load_recording
+from eventop.watcher.watch import ResourceSpec, Watcher, WatchSettings
 from tests.support.processes import WatcherProcess, free_port
 from tests.support.waiting import wait_until
-from watcher.delivery import Backoff, Deliverer, RetryPolicy
-from watcher.recording import load_initial, load_recording
-from watcher.watch import ResourceSpec, Watcher, WatchSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = "v1/configmaps@demo:test=watcher"
@@ -260,7 +260,7 @@ def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_k
 def test_record_saves_list_and_watch_that_replay_reads_back(local_kube, tmp_path):
     before = local_kube.put(cm("rec", "0"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "EVENTOP_KUBE_URL": local_kube.url}
-    proc = subprocess.Popen([sys.executable, "-m", "watcher", "record", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "eventop.watcher", "record", str(tmp_path),
                              "--resource", "v1/configmaps:test=watcher", "--seconds", "3"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     assert wait_until(lambda: (tmp_path / "api_v1_configmaps.watch.jsonl").exists(), 20)

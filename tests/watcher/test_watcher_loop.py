@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from kube import Unavailable
-from kube.errors import Conflict
-from kube.resources import Resource, ResourceTable
-from watcher.delivery import Backoff, Deliverer, RetryPolicy
-from watcher.watch import DELETED_UNWATCHED, ResourceSpec, ResourceWatcher, WatchSettings
+from eventop.kube import Unavailable
+from eventop.kube.errors import Conflict
+from eventop.kube.resources import Resource, ResourceTable
+from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
+from eventop.watcher.watch import DELETED_UNWATCHED, ResourceSpec, ResourceWatcher, WatchSettings
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 EXPIRED_LINE = (REC / "watch-expired" / "api_v1_configmaps.watch-from-rv1.jsonl").read_bytes()
@@ -73,7 +73,7 @@ class ScriptedKube:
 
     def iter_watch(self, res: Resource, namespace: str | None, query: Any,
                    timeout: Any) -> Iterator[bytes]:
-        """Lazy like :meth:`kube.Kube.iter_watch`: errors come with the first line."""
+        """Lazy like :meth:`eventop.kube.Kube.iter_watch`: errors come with the first line."""
         self.watch_queries.append(dict(query))
         if not self.watches:
             self.done.set()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from watcher.recording import load_initial, load_recording, read_watch_file
+from eventop.watcher.recording import load_initial, load_recording, read_watch_file
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 

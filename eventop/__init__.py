@@ -1,0 +1,38 @@
+"""eventop: Kubernetes operators written as plain Python functions.
+
+The installed distribution is one import package, ``eventop``, so that a handler author's own
+modules (a ``handlers.py`` of their own is likely) never clash with eventop's. In the
+repository its rooms stay at the top level, where their names tell the architecture
+(``handlers/``, ``router/``, ``watcher/``, ``kube/``, ``localkube/``); ``pyproject.toml`` maps
+each of them to ``eventop.<room>``.
+
+This module is the public face. Names are resolved lazily (PEP 562): ``python -m
+eventop.router`` must set up prometheus_client's multiprocess mode before anything imports
+it, and importing ``eventop`` alone must stay free of side effects.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "on": "eventop.handlers",
+    "Registry": "eventop.handlers",
+    "Event": "eventop.handlers",
+    "ObjectRef": "eventop.handlers",
+    "Kube": "eventop.kube",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eventop' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

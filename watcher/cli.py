@@ -92,10 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
           "space-separated resources to watch")
     _flag(run, "--resync-seconds", "EVENTOP_RESYNC_SECONDS", 300.0,
           "full resync period: every object is sent again as an update (0: never)", float)
-    _flag(run, "--watch-timeout", "EVENTOP_WATCH_TIMEOUT_SECONDS", 300,
-          "server-side timeout of one watch request (it is then resumed)", int)
-    _flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 120.0,
-          "a watch silent for this long (no event, no bookmark) is considered hung", float)
+    _flag(run, "--watch-timeout", "EVENTOP_WATCH_TIMEOUT_SECONDS", 45,
+          "server-side timeout of one watch request (it is then resumed); the API server "
+          "sends a bookmark 2 s before it, so it bounds how long a healthy watch is silent",
+          int)
+    _flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 60.0,
+          "a watch silent for this long (no event, no bookmark) is considered hung and "
+          "resumed; keep it above --watch-timeout", float)
     _flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", int)
     _flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
           "parallel deliveries (events of one object are always sent one after another)", int)

@@ -6,33 +6,42 @@ Why it is shaped like this:
   included). When it is full, :meth:`Deliverer.submit` blocks, so the watch loop stops reading
   the API server (back-pressure) instead of buffering without limit; the watch loop, not this
   module, decides to drop its stream and resume later from its resourceVersion.
-* **Per-object order.** Each event goes to one of ``lanes`` worker threads chosen by a hash of
-  its key (the watcher uses kind/namespace/name, so a delete and a re-create under the same
-  name stay in order too); a lane posts its events one at a time, in order. Different
-  objects are posted in parallel, at most ``lanes`` requests in flight.
-* **Retry what can succeed later.** Connection errors, timeouts (a hanging sink), 5xx, 404
-  (the router or its route not up yet), 408, 409 and 429 are retried with exponential backoff
-  and jitter, honouring ``Retry-After``. Any other 4xx means the sink will never take this
-  event: it is given up, loudly (an ERROR line with the event id and the sink's answer).
-  Event data is never logged: it may be a Secret.
-* **One broken event must not stall the others.** A lane retries its event before it posts
-  the next, so an event the router keeps failing would hold back every object sharing its
-  lane, then fill the buffer and stop the watch altogether. A ``500`` is the router saying a
-  handler failed (a bug, a missing RBAC rule, an object the API server refuses), which may
-  never heal by itself; it is retried ``max_error_attempts`` times and then given up, loudly.
-  That is not a lost change: the next periodic resync sends the object again, and handlers
-  are level-triggered. ``503`` (Kubernetes API unavailable) and the other transient answers
-  above heal when the outage ends and are retried without limit.
+* **Per-object order, no head-of-line blocking.** Events are queued per key (the watcher uses
+  kind/namespace/name, so a delete and a re-create under the same name stay in order too).
+  A key is posted by one worker at a time, oldest event first; keys take turns on
+  ``lanes`` workers, so at most ``lanes`` requests are in flight. This is client-go's
+  rate-limited work queue: **an object whose event keeps failing backs off alone** (its key
+  waits, exponential backoff with jitter) while every other object flows. Before, a fixed
+  lane retried its event in place, and every object hashed into that lane waited minutes
+  behind one broken ExchangeRate.
+* **Object failures and sink failures are told apart.** A ``500`` is the router saying a
+  handler failed on *this* object (a bug, a missing RBAC rule, an object the API server
+  refuses), which may never heal by itself: that key backs off, up to
+  ``max_error_attempts`` attempts, then the event is given up, loudly. That is not a lost
+  change: the next periodic resync sends the object again, and handlers are level-triggered.
+  No answer at all (connection refused, timeout), ``502``/``503``/``504`` (the Kubernetes API
+  or the router is down), ``404`` (its route not up yet) and ``429`` say the *sink* cannot
+  take anything now: those pause every worker together (one shared gate, ``Retry-After``
+  honoured) with a short backoff capped at ``sink_backoff.cap``, and are retried without
+  limit. Pausing everyone keeps an outage from aging each key's backoff to minutes, so
+  delivery resumes within a couple of seconds of the sink answering again, in order.
+* Any other ``4xx`` means the sink will never take this event: it is given up, loudly (an
+  ERROR line with the event id and the sink's answer). Event data is never logged: it may
+  be a Secret.
+* **Shutdown is bounded.** :meth:`Deliverer.stop` drains for at most ``drain_seconds`` and
+  then returns at once: a POST still in flight is abandoned (its worker is a daemon thread),
+  never waited for, so a pod exits well inside its termination grace period.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-import queue
 import random
 import threading
 import time
-import zlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -58,6 +67,8 @@ QUEUE_DEPTH = Gauge("eventop_watcher_queue_depth",
                     "CloudEvents waiting for or in delivery (bounded by --queue-size)")
 
 RETRY_STATUSES = frozenset({404, 408, 409, 429})
+#: Answers that say the sink as a whole cannot take events now (not this event's fault).
+SINK_STATUSES = frozenset({404, 429, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,9 @@ class RetryPolicy:
     max_attempts: int = 0  # 0: retry transient failures forever (the watcher's setting)
     max_retry_after: float = 300.0
     max_error_attempts: int = 8  # attempts at an event answered 500 (handler failed); 0: forever
+    # The shared pause of the Deliverer while the sink itself is down: short, so delivery
+    # resumes within about this long of the sink answering again.
+    sink_backoff: Backoff = field(default_factory=lambda: Backoff(0.25, 2.0))
 
 
 @dataclass
@@ -88,7 +102,7 @@ class Outgoing:
     event_id: str
     headers: dict[str, str]
     body: bytes
-    key: str  # lane key (the watcher: kind/namespace/name): one object's events stay in order
+    key: str  # queue key (the watcher: kind/namespace/name): one object's events stay in order
     kind: str = ""
     type: str = ""
 
@@ -105,6 +119,23 @@ class Result:
     status: int | None  # last HTTP status, None if the sink never answered
     attempts: int
     detail: str = ""
+
+
+@dataclass
+class Attempt:
+    """The verdict on one POST."""
+
+    ok: bool
+    final: bool  # accepted, or refused for good: no retry can change the answer
+    status: int | None
+    cause: str = ""  # why it should be retried (metric label): a status or a transport error
+    detail: str = ""
+    retry_after: float | None = None
+
+    @property
+    def sink_down(self) -> bool:
+        """Did the sink as a whole fail (rather than a handler, on this event)?"""
+        return not self.final and (self.status is None or self.status in SINK_STATUSES)
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -125,87 +156,116 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def attempt(session: requests.Session, sink: str, item: Outgoing,
+            policy: RetryPolicy) -> Attempt:
+    """POST ``item`` once and classify the answer. Never raises for transport failures."""
+    try:
+        resp = session.post(sink, headers=item.headers, data=item.body, timeout=policy.timeout)
+    except requests.RequestException as exc:
+        cause = "timeout" if isinstance(exc, requests.Timeout) else "connection"
+        return Attempt(False, False, None, cause, f"{type(exc).__name__}: {exc}")
+    status = resp.status_code
+    if 200 <= status < 300:
+        EVENTS_DELIVERED.labels(item.kind, item.type).inc()
+        return Attempt(True, True, status)
+    detail = resp.text[:500]
+    if 400 <= status < 500 and status not in RETRY_STATUSES:
+        DELIVERY_FAILURES.labels(str(status)).inc()
+        log.error("sink %s refused event %s (%s %s) with HTTP %d: %s; giving up: this "
+                  "event will not be retried (fix the router or the handler, a resync "
+                  "will send the object again)", sink, item.event_id, item.kind,
+                  item.type, status, detail,
+                  extra={"fields": {"event_id": item.event_id, "status": status}})
+        return Attempt(False, True, status, detail=detail)
+    return Attempt(False, False, status, str(status), detail,
+                   retry_after_seconds(resp.headers.get("Retry-After")))
+
+
+def _give_up(sink: str, item: Outgoing, policy: RetryPolicy, tries: int,
+             att: Attempt) -> bool:
+    """Has ``item`` had its last attempt? Logs why, loudly, when it has."""
+    if policy.max_attempts and tries >= policy.max_attempts:
+        log.error("event %s not delivered to %s after %d attempts: %s", item.event_id, sink,
+                  tries, att.detail, extra={"fields": {"event_id": item.event_id}})
+        return True
+    if att.status == 500 and policy.max_error_attempts and tries >= policy.max_error_attempts:
+        DELIVERY_FAILURES.labels("500").inc()
+        log.error("sink %s failed to handle event %s (%s %s) %d times, last with HTTP 500: "
+                  "%s; giving up so that the events behind it are delivered (see the "
+                  "router's log for the handler error; the next resync sends the object "
+                  "again)", sink, item.event_id, item.kind, item.type, tries, att.detail,
+                  extra={"fields": {"event_id": item.event_id, "status": 500}})
+        return True
+    return False
+
+
+def _log_retry(sink: str, item: Outgoing, att: Attempt, tries: int, delay: float) -> None:
+    DELIVERY_RETRIES.labels(att.cause).inc()
+    # First failure and then every doubling: an outage of minutes is not a wall of lines.
+    level = logging.WARNING if tries & (tries - 1) == 0 else logging.DEBUG
+    log.log(level, "delivery of event %s to %s failed (%s), retry %d in %.1fs",
+            item.event_id, sink, att.detail if att.status is None else f"HTTP {att.status}",
+            tries, delay, extra={"fields": {"event_id": item.event_id, "cause": att.cause}})
+
+
 def post(session: requests.Session, sink: str, item: Outgoing, policy: RetryPolicy,
          stop: threading.Event | None = None) -> Result:
     """Post one event until the sink accepts it, refuses it (4xx), or attempts run out.
 
-    ``stop`` ends the waiting between attempts early (shutdown); the result is then not ok.
+    The one-shot senders (``replay``, ``emit``) use this. ``stop`` ends the waiting between
+    attempts early (shutdown); the result is then not ok.
     """
     stop = stop or threading.Event()
-    attempt = 0
+    tries = 0
     while True:
-        attempt += 1
-        status: int | None = None
-        wait: float | None = None
-        try:
-            resp = session.post(sink, headers=item.headers, data=item.body,
-                                timeout=policy.timeout)
-            status = resp.status_code
-            if 200 <= status < 300:
-                EVENTS_DELIVERED.labels(item.kind, item.type).inc()
-                return Result(True, status, attempt)
-            detail = resp.text[:500]
-            if 400 <= status < 500 and status not in RETRY_STATUSES:
-                DELIVERY_FAILURES.labels(str(status)).inc()
-                log.error("sink %s refused event %s (%s %s) with HTTP %d: %s; giving up: this "
-                          "event will not be retried (fix the router or the handler, a resync "
-                          "will send the object again)", sink, item.event_id, item.kind,
-                          item.type, status, detail,
-                          extra={"fields": {"event_id": item.event_id, "status": status}})
-                return Result(False, status, attempt, detail)
-            cause = str(status)
-            wait = retry_after_seconds(resp.headers.get("Retry-After"))
-        except requests.RequestException as exc:
-            cause = "timeout" if isinstance(exc, requests.Timeout) else "connection"
-            detail = f"{type(exc).__name__}: {exc}"
-        if policy.max_attempts and attempt >= policy.max_attempts:
-            log.error("event %s not delivered to %s after %d attempts: %s", item.event_id, sink,
-                      attempt, detail, extra={"fields": {"event_id": item.event_id}})
-            return Result(False, status, attempt, detail)
-        if status == 500 and policy.max_error_attempts and attempt >= policy.max_error_attempts:
-            DELIVERY_FAILURES.labels(str(status)).inc()
-            log.error("sink %s failed to handle event %s (%s %s) %d times, last with HTTP 500: "
-                      "%s; giving up so that the events behind it are delivered (see the "
-                      "router's log for the handler error; the next resync sends the object "
-                      "again)", sink, item.event_id, item.kind, item.type, attempt, detail,
-                      extra={"fields": {"event_id": item.event_id, "status": status}})
-            return Result(False, status, attempt, detail)
-        delay = policy.backoff.delay(attempt - 1)
-        if wait is not None:
-            delay = min(max(wait, 0.0), policy.max_retry_after)
-        DELIVERY_RETRIES.labels(cause).inc()
-        log.warning("delivery of event %s to %s failed (%s), retry %d in %.1fs",
-                    item.event_id, sink, detail if status is None else f"HTTP {status}",
-                    attempt, delay,
-                    extra={"fields": {"event_id": item.event_id, "cause": cause}})
+        tries += 1
+        att = attempt(session, sink, item, policy)
+        if att.final or _give_up(sink, item, policy, tries, att):
+            return Result(att.ok, att.status, tries, att.detail)
+        delay = policy.backoff.delay(tries - 1)
+        if att.retry_after is not None:
+            delay = min(att.retry_after, policy.max_retry_after)
+        _log_retry(sink, item, att, tries, delay)
         if stop.wait(delay):
-            return Result(False, status, attempt, "stopped before delivery")
+            return Result(False, att.status, tries, "stopped before delivery")
 
 
 class Deliverer:
-    """Bounded, ordered-per-object, parallel delivery of :class:`Outgoing` events."""
+    """Bounded, ordered-per-object, parallel delivery of :class:`Outgoing` events.
+
+    Every key with events is in exactly one place: ``_ready`` (waiting for a worker), with a
+    worker, or in ``_delayed`` (backing off after a failure of its oldest event).
+    """
 
     def __init__(self, sink: str, *, lanes: int = 8, queue_size: int = 1000,
                  policy: RetryPolicy | None = None,
-                 on_result: Callable[[Outgoing, Result], Any] | None = None) -> None:
+                 on_result: Callable[[Outgoing, Result], Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         if lanes < 1 or queue_size < 1:
             raise ValueError("lanes (--max-in-flight) and --queue-size must be at least 1")
         self.sink = sink
         self.policy = policy or RetryPolicy()
         self.on_result = on_result
+        self.headers = dict(headers or {})
+        self.workers = lanes
         self._capacity = threading.Semaphore(queue_size)
-        self._queues: list[queue.SimpleQueue[Outgoing | None]] = [
-            queue.SimpleQueue() for _ in range(lanes)]
+        self._cv = threading.Condition()
+        self._events: dict[str, deque[Outgoing]] = {}  # key -> its events, oldest first
+        self._tries: dict[str, int] = {}  # key -> failed attempts at its oldest event
+        self._ready: deque[str] = deque()
+        self._delayed: list[tuple[float, int, str]] = []  # (due, tie-breaker, key)
+        self._seq = itertools.count()
+        self._gate_until = 0.0  # the sink is down: nobody posts before this (monotonic)
+        self._gate_failures = 0
         self._threads: list[threading.Thread] = []
         self._pending = 0
-        self._lock = threading.Condition()
         self._stop = threading.Event()
         self.delivered = 0
         self.refused = 0
 
     def start(self) -> Deliverer:
-        for i, q in enumerate(self._queues):
-            t = threading.Thread(target=self._lane, args=(q,), name=f"deliver-{i}", daemon=True)
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"deliver-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         return self
@@ -221,68 +281,140 @@ class Deliverer:
             return False
         if not self._capacity.acquire(timeout=timeout):
             return False
-        with self._lock:
+        with self._cv:
+            if self._stop.is_set():
+                self._capacity.release()
+                return False
+            queued = self._events.get(item.key)
+            if queued is None:
+                self._events[item.key] = deque([item])
+                self._ready.append(item.key)
+                self._cv.notify()
+            else:  # the key is waiting, in flight or backing off: its turn comes, in order
+                queued.append(item)
             self._pending += 1
             QUEUE_DEPTH.set(self._pending)
-        lane = zlib.crc32(item.key.encode()) % len(self._queues)
-        self._queues[lane].put(item)
         return True
 
-    def _lane(self, q: queue.SimpleQueue[Outgoing | None]) -> None:
+    # -- workers -------------------------------------------------------------------
+
+    def _next_key(self) -> str | None:
+        """The next key to post (lock held); waits for one, or returns None once stopped."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            while self._delayed and self._delayed[0][0] <= now:
+                self._ready.append(heapq.heappop(self._delayed)[2])
+            if self._ready and now >= self._gate_until:
+                return self._ready.popleft()
+            waits = [t - now for t in (self._gate_until,) if t > now]
+            if self._delayed:
+                waits.append(self._delayed[0][0] - now)
+            self._cv.wait(min(waits) if waits else None)
+        return None
+
+    def _work(self) -> None:
         session = requests.Session()
+        session.headers.update(self.headers)
         try:
             while True:
-                item = q.get()
-                if item is None:
-                    return
+                with self._cv:
+                    key = self._next_key()
+                    if key is None:
+                        return
+                    item = self._events[key][0]
+                    tries = self._tries.get(key, 0) + 1
                 try:
-                    result = (Result(False, None, 0, "stopped") if self._stop.is_set()
-                              else post(session, self.sink, item, self.policy, self._stop))
-                except Exception as exc:  # never let a lane die: it would stall its objects
+                    att = attempt(session, self.sink, item, self.policy)
+                except Exception as exc:  # never let a worker die: it would stall its keys
                     log.exception("unexpected error delivering event %s", item.event_id)
-                    result = Result(False, None, 0, str(exc))
-                with self._lock:
-                    if result.ok:
-                        self.delivered += 1
-                    elif result.status is not None and 400 <= result.status < 500:
-                        self.refused += 1
-                    self._pending -= 1
-                    QUEUE_DEPTH.set(self._pending)
-                    self._lock.notify_all()
-                self._capacity.release()
-                if self.on_result is not None:
-                    try:
-                        self.on_result(item, result)
-                    except Exception:
-                        log.exception("result callback failed for event %s", item.event_id)
+                    att = Attempt(False, False, None, "error", f"{type(exc).__name__}: {exc}")
+                self._settle(key, item, tries, att)
         finally:
             session.close()
+
+    def _settle(self, key: str, item: Outgoing, tries: int, att: Attempt) -> None:
+        """Record one attempt's outcome: done, the key backs off, or everyone pauses."""
+        result: Result | None = None
+        if att.final or (not att.sink_down
+                         and _give_up(self.sink, item, self.policy, tries, att)):
+            result = Result(att.ok, att.status, tries, att.detail)
+        with self._cv:
+            if att.status is not None and not att.sink_down:
+                self._gate_failures = 0  # the sink answered: it is up
+            if result is not None:
+                self._finish(key, result)
+            elif att.sink_down:
+                self._gate_failures += 1
+                delay = self.policy.sink_backoff.delay(self._gate_failures - 1)
+                if att.retry_after is not None:
+                    delay = min(att.retry_after, self.policy.max_retry_after)
+                self._gate_until = max(self._gate_until, time.monotonic() + delay)
+                self._ready.appendleft(key)  # first in line again once the sink is back
+                _log_retry(self.sink, item, att, self._gate_failures, delay)
+            else:
+                self._tries[key] = tries
+                delay = self.policy.backoff.delay(tries - 1)
+                if att.retry_after is not None:
+                    delay = min(att.retry_after, self.policy.max_retry_after)
+                heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._seq), key))
+                _log_retry(self.sink, item, att, tries, delay)
+            self._cv.notify_all()
+        if result is not None:
+            self._capacity.release()
+            if self.on_result is not None:
+                try:
+                    self.on_result(item, result)
+                except Exception:
+                    log.exception("result callback failed for event %s", item.event_id)
+
+    def _finish(self, key: str, result: Result) -> None:
+        """The key's oldest event is done (lock held): count it, pass the turn on."""
+        queued = self._events[key]
+        queued.popleft()
+        self._tries.pop(key, None)
+        if result.ok:
+            self.delivered += 1
+            self._gate_failures = 0
+        elif result.status is not None and 400 <= result.status < 500:
+            self.refused += 1
+        if queued:
+            self._ready.append(key)
+        else:
+            del self._events[key]
+        self._pending -= 1
+        QUEUE_DEPTH.set(self._pending)
+
+    # -- waiting and stopping ----------------------------------------------------------
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every submitted event is delivered or given up. False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
+        with self._cv:
             while self._pending:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._lock.wait(remaining)
+                self._cv.wait(remaining)
         return True
 
-    def stop(self, drain_seconds: float = 0.0) -> int:
-        """Drain for up to ``drain_seconds``, then stop the lanes; returns events left undelivered.
+    def stop(self, drain_seconds: float = 0.0, grace: float = 1.0) -> int:
+        """Drain for up to ``drain_seconds``, then stop; returns events left undelivered.
 
-        Undelivered events are not lost for good: the next watcher start lists every object
-        again (and emits it), and the handlers converge from the current state.
+        Returns at most ``grace`` seconds after the drain: a POST still in flight then is
+        abandoned, not waited for (a hanging sink would otherwise hold the process for its
+        whole read timeout, past Kubernetes' SIGKILL). Undelivered events are not lost for
+        good: the next watcher start lists every object again (and emits it), and the
+        handlers converge from the current state.
         """
         if drain_seconds > 0:
             self.join(drain_seconds)
-        left = self._pending
-        self._stop.set()
-        for q in self._queues:
-            q.put(None)
+        with self._cv:
+            self._stop.set()
+            left = self._pending
+            self._cv.notify_all()
+        deadline = time.monotonic() + grace
         for t in self._threads:
-            t.join(timeout=self.policy.timeout[0] + self.policy.timeout[1] + 1)
+            t.join(max(0.0, deadline - time.monotonic()))
         if left:
             log.warning("stopping with %d events not delivered (they are sent again on the "
                         "next start, which lists every object)", left)

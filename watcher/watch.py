@@ -145,8 +145,16 @@ def parse_resources(text: str) -> list[ResourceSpec]:
 class WatchSettings:
     """Every interval is configurable so tests can make failures happen in a second."""
 
-    watch_timeout: int = 300  # server-side timeoutSeconds of one watch request
-    read_timeout: float = 120.0  # client: no byte for this long means the watch hung
+    # How fast a silently hung watch is noticed rests on these two. A healthy idle watch
+    # is never quiet for long: kube-apiserver sends a BOOKMARK 2 s before the deadline the
+    # client asked for (v1.24, measured on the real server: an idle watch with
+    # timeoutSeconds=300 carried its only bookmark at 298 s; newer servers add one about
+    # every minute). Asking for 45 s bounds a healthy silence at ~43 s, so a read timeout
+    # of 60 s never fires on a healthy watch and notices a hung one within a minute
+    # (client-go notices a dead HTTP/2 connection in ~45 s by pings; HTTP/1.1 has none).
+    # The price is one watch request per resource every 45 s.
+    watch_timeout: int = 45  # server-side timeoutSeconds of one watch request
+    read_timeout: float = 60.0  # client: no byte for this long means the watch hung
     connect_timeout: float = 5.0
     resync_seconds: float = 300.0  # 0 disables the periodic resync
     page_size: int = 500
@@ -502,7 +510,7 @@ class Watcher:
         return all(loop.synced.wait(max(0.0, deadline - time.monotonic()))
                    for loop in self.loops)
 
-    def stop(self, drain_seconds: float = 0.0, join_seconds: float = 3.0) -> int:
+    def stop(self, drain_seconds: float = 0.0, join_seconds: float = 1.0) -> int:
         """Stop reading, deliver what is queued (up to ``drain_seconds``); returns undelivered.
 
         A loop blocked in a quiet watch notices the stop at its next line or read timeout;

@@ -12,17 +12,21 @@ Three handlers:
   collector removes it; the handler also deletes it itself (uid precondition, idempotent)
   so nothing is left even where GC lags.
 
-Provider failures never touch the ConfigMap (see :mod:`.reconcile`). Whether a failure makes
-the event fail (HTTP 5xx, so the sender redelivers it with backoff) is decided per path:
+Provider failures never touch the ConfigMap (see :mod:`.reconcile`), are reported in status
+(``Ready=False`` with the reason, and a Warning Event) and never fail the event:
 
-* add/update, and the provider was *unavailable* (connection, timeout, 5xx after our own
-  retries): the event fails, so a new ExchangeRate gets its first rate when the provider is
-  back instead of up to an hour later. The sender's backoff spaces those attempts out.
-* add/update, and the provider *rejected* the question, answered garbage or asked us to back
-  off (429 with a long Retry-After): reported in status, the event succeeds. Asking again
-  would get the same answer or make the rate limiting worse.
-* refresh: provider failures never fail the event. The schedule is the retry, and a
-  redelivered refresh would repeat the requests for the bases that did succeed.
+* add/update: an outage the status already reports is not a reason to ask the sender for
+  redelivery. Answering 5xx made our watcher (and a Knative Broker) retry the event with
+  backoff, each attempt holding a delivery slot and a router thread for the provider's own
+  retries, which stalled unrelated objects for minutes. A new ExchangeRate whose first
+  fetch failed is tried again by the next delivery of the object (the watcher's periodic
+  resync, every 5 minutes by default, sends it again and it is not converged) and by the
+  scheduled refresh, whichever comes first.
+* refresh: the schedule is the retry, and a redelivered refresh would repeat the requests
+  for the bases that did succeed.
+
+(Minimal change made with the reliability work, issue 11; when this handler moves onto the
+desired-state engine, the engine's requeue-after should replace the resync as the retry.)
 
 Kubernetes API failures always propagate (5xx): retrying those is what redelivery is for.
 """
@@ -78,10 +82,7 @@ def reconcile_exchange_rate(event: Event, kube: Any) -> str:
             outcome = provider.get_client().latest(base_of(cr), [currency_of(cr)])
         except ProviderError as exc:
             outcome = exc
-    result = converge(kube, cr, outcome)
-    if isinstance(outcome, ProviderError) and outcome.transient:
-        raise outcome  # reported in status already; fail the event so it is redelivered
-    return result.detail
+    return converge(kube, cr, outcome).detail
 
 
 @on("dev.knative.apiserver.*.delete", api_version=API_VERSION, kind=KIND)

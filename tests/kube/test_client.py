@@ -64,3 +64,21 @@ def test_status_is_patched_only_when_a_key_differs_and_a_gone_object_is_no_error
         "resourceVersion"] == version
     local_kube.remove("eventop.dev/v1", "ExchangeRate", "usd", "fx")
     assert not kube.patch_status_if_changed(rate, {"rate": "1.09"})
+
+
+def test_connections_to_the_api_server_use_tcp_keepalive(kube: Kube) -> None:
+    """A watch whose peer vanished without a FIN is noticed by the kernel's keepalive probes."""
+    import socket
+
+    from eventop.kube.resources import Resource
+
+    res = Resource("", "v1", "ConfigMap", "configmaps", True)
+    resp = kube.request("GET", res.path("default"), verb="watch",
+                        query=[("watch", "true"), ("timeoutSeconds", 1)], stream=True)
+    try:
+        sock = resp.connection.sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+    finally:
+        resp.close()
+        resp.release_conn()

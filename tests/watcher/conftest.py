@@ -52,6 +52,8 @@ class Sink:
     _default: _Plan = field(default_factory=_Plan)
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _release: threading.Event = field(default_factory=threading.Event)
+    _broken: dict[str, int] = field(default_factory=dict)
+    hanging: int = 0
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     port: int = 0
@@ -69,9 +71,13 @@ class Sink:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                plan = sink._next_plan()
+                plan = sink._next_plan(self.headers.get("ce-id", ""))
                 if plan.hang:
+                    with sink._lock:
+                        sink.hanging += 1
                     sink._release.wait(10)
+                    with sink._lock:
+                        sink.hanging -= 1
                     self.close_connection = True
                     return
                 if 200 <= plan.status < 300:
@@ -94,10 +100,23 @@ class Sink:
         self._thread.start()
         return self
 
-    def _next_plan(self) -> _Plan:
+    def _next_plan(self, event_id: str) -> _Plan:
         with self._lock:
             self.attempts += 1
+            for part, status in self._broken.items():
+                if part in event_id:
+                    return _Plan(status)
             return self._plans.pop(0) if self._plans else self._default
+
+    def break_events(self, id_part: str, status: int = 500) -> None:
+        """Every event whose id contains ``id_part`` is answered ``status`` (a handler that
+        keeps failing on one object), until :meth:`mend_events`."""
+        with self._lock:
+            self._broken[id_part] = status
+
+    def mend_events(self, id_part: str) -> None:
+        with self._lock:
+            self._broken.pop(id_part, None)
 
     def fail(self, times: int, status: int = 500, retry_after: str | None = None) -> None:
         """The next ``times`` requests are answered ``status``."""

@@ -16,6 +16,7 @@ from eventop.watcher.delivery import (
     post,
     retry_after_seconds,
 )
+from tests.support.waiting import wait_until
 
 # Quick retries; a read timeout long enough that a slow answer on a loaded machine is not
 # taken for a hanging sink (which would deliver the event twice).
@@ -165,15 +166,15 @@ def test_stop_reports_what_was_left_undelivered() -> None:
     assert not d.submit(_item("a", 4), timeout=0.1)
 
 
-def test_event_the_handlers_keep_failing_is_given_up_so_its_lane_moves_on(
+def test_event_the_handlers_keep_failing_is_given_up_and_others_are_delivered(
         sink, caplog: pytest.LogCaptureFixture) -> None:
-    sink.fail(3, 500)
+    sink.break_events("uid-broken/", 500)
     policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 5.0), max_error_attempts=3)
     d = Deliverer(sink.url, lanes=1, queue_size=10, policy=policy).start()
     try:
         with caplog.at_level(logging.ERROR, "eventop.watcher"):
             assert d.submit(_item("broken", 1), timeout=1)
-            assert d.submit(_item("healthy", 1), timeout=1)  # same lane, behind it
+            assert d.submit(_item("healthy", 1), timeout=1)  # one worker, queued behind it
             assert d.join(10)
     finally:
         d.stop()
@@ -181,6 +182,65 @@ def test_event_the_handlers_keep_failing_is_given_up_so_its_lane_moves_on(
     assert d.delivered == 1
     assert "uid-broken/1/update" in caplog.text and "giving up" in caplog.text
     assert "resync sends the object again" in caplog.text
+
+
+def test_an_object_whose_handler_keeps_failing_backs_off_alone(sink) -> None:
+    """client-go's rate-limited work queue: the failing key waits, every other key flows."""
+    sink.break_events("uid-broken/", 500)
+    policy = RetryPolicy(Backoff(0.2, 0.4), timeout=(1.0, 5.0), max_error_attempts=0)
+    d = Deliverer(sink.url, lanes=1, queue_size=100, policy=policy).start()
+    try:
+        assert d.submit(_item("broken", 1), timeout=1)
+        assert d.submit(_item("broken", 2), timeout=1)  # its successor waits for it, in order
+        for i in range(30):
+            assert d.submit(_item(f"healthy-{i}", 1), timeout=1)
+        assert sink.wait_for(30)  # all delivered by the single worker...
+        # ...while the broken object is still being retried
+        assert wait_until(lambda: d.delivered == 30, 10) and d.pending == 2
+        broken_attempts = sink.attempts - 30
+        assert broken_attempts >= 1
+        sink.mend_events("uid-broken/")
+        assert d.join(10)
+    finally:
+        d.stop()
+    assert sink.ids()[-2:] == ["uid-broken/1/update", "uid-broken/2/update"]
+    assert d.delivered == 32
+
+
+def test_a_sink_outage_pauses_everyone_without_aging_each_objects_backoff(sink) -> None:
+    """Connection refused is the sink's failure, not the event's: the shared gate retries
+    it with the short sink backoff, so a long outage does not leave every key with a
+    minutes-long backoff (the per-object backoff here is 30 s: waiting on it would not
+    finish within the join below)."""
+    port = sink.port
+    sink.down()
+    policy = RetryPolicy(Backoff(30.0, 30.0), timeout=(1.0, 5.0),
+                         sink_backoff=Backoff(0.05, 0.2))
+    d = Deliverer(sink.url, lanes=2, queue_size=50, policy=policy).start()
+    try:
+        for i in range(10):
+            assert d.submit(_item(f"o{i}", 1), timeout=1)
+        assert not d.join(1.0)  # a second of refused connections: many failed attempts
+        sink.port = port
+        sink.start()
+        assert d.join(15)
+    finally:
+        d.stop()
+    assert sorted(sink.ids()) == sorted(f"uid-o{i}/1/update" for i in range(10))
+
+
+def test_stop_after_the_drain_does_not_wait_for_a_hanging_post(sink) -> None:
+    """SIGTERM with the sink hanging: the watcher must exit right after its drain, not
+    after the sink's read timeout (Kubernetes kills it 30 s after SIGTERM)."""
+    sink.hang(5)
+    policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 30.0))
+    d = Deliverer(sink.url, lanes=2, queue_size=10, policy=policy).start()
+    for name in ("a", "b", "c"):
+        assert d.submit(_item(name, 1), timeout=1)
+    assert wait_until(lambda: sink.hanging == 2, 10)
+    left = d.stop(drain_seconds=0.2, grace=0.2)
+    assert left == 3
+    assert sink.hanging == 2  # returned while both POSTs still hang on the sink
 
 
 def test_unavailable_api_is_retried_past_the_handler_error_limit(sink) -> None:

@@ -31,6 +31,8 @@ class ResourceType:
     list_kind: str = ""
     schema: Obj | None = None  # openAPIV3Schema of a custom resource
     custom: bool = False
+    categories: list[str] = field(default_factory=list)  # `kubectl get all`, `get eventop`
+    printer_columns: list[Obj] | None = None  # a CRD version's additionalPrinterColumns
 
     @property
     def api_version(self) -> str:
@@ -52,6 +54,8 @@ class ResourceType:
                      "namespaced": self.namespaced, "kind": self.kind, "verbs": VERBS}
         if self.short_names:
             main["shortNames"] = self.short_names
+        if self.categories:
+            main["categories"] = self.categories
         out = [main]
         if self.has_status:
             out.append({"name": f"{self.plural}/status", "singularName": "",
@@ -61,34 +65,37 @@ class ResourceType:
 
 
 def _b(api_version: str, kind: str, plural: str, *, namespaced: bool = True,
-       status: bool = False, generation: bool = False,
-       short: tuple[str, ...] = ()) -> ResourceType:
+       status: bool = False, generation: bool = False, short: tuple[str, ...] = (),
+       categories: tuple[str, ...] = ()) -> ResourceType:
     group, _, version = api_version.rpartition("/")
     return ResourceType(group, version, kind, plural, namespaced, has_status=status,
                         tracks_generation=generation, short_names=list(short),
-                        list_kind=f"{kind}List")
+                        list_kind=f"{kind}List", categories=list(categories))
 
 
 def builtin_types() -> list[ResourceType]:
-    """Built-in kinds; status/generation flags follow the real v1.24 registry strategies."""
+    """Built-in kinds; status/generation flags, short names and categories follow the real
+    v1.24 registry strategies and discovery."""
     return [
         _b("v1", "Namespace", "namespaces", namespaced=False, status=True, short=("ns",)),
         _b("v1", "ConfigMap", "configmaps", short=("cm",)),
         _b("v1", "Secret", "secrets"),
-        _b("v1", "Service", "services", status=True, short=("svc",)),
+        _b("v1", "Service", "services", status=True, short=("svc",), categories=("all",)),
         _b("v1", "PersistentVolumeClaim", "persistentvolumeclaims", status=True,
            short=("pvc",)),
         _b("v1", "Event", "events", short=("ev",)),
-        _b("v1", "Pod", "pods", status=True, short=("po",)),
+        _b("v1", "Pod", "pods", status=True, short=("po",), categories=("all",)),
         _b("v1", "ServiceAccount", "serviceaccounts", short=("sa",)),
         _b("apps/v1", "StatefulSet", "statefulsets", status=True, generation=True,
-           short=("sts",)),
-        _b("apps/v1", "DaemonSet", "daemonsets", status=True, generation=True, short=("ds",)),
+           short=("sts",), categories=("all",)),
+        _b("apps/v1", "DaemonSet", "daemonsets", status=True, generation=True, short=("ds",),
+           categories=("all",)),
         _b("apps/v1", "Deployment", "deployments", status=True, generation=True,
-           short=("deploy",)),
+           short=("deploy",), categories=("all",)),
         _b("coordination.k8s.io/v1", "Lease", "leases"),
         _b("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
-           namespaced=False, status=True, generation=True, short=("crd", "crds")),
+           namespaced=False, status=True, generation=True, short=("crd", "crds"),
+           categories=("api-extensions",)),
     ]
 
 
@@ -108,7 +115,8 @@ def types_from_crd(crd: Obj) -> list[ResourceType]:
             tracks_generation=True, singular=names.get("singular", ""),
             short_names=list(names.get("shortNames") or []),
             list_kind=names.get("listKind") or f"{names['kind']}List",
-            schema=schema, custom=True))
+            schema=schema, custom=True, categories=list(names.get("categories") or []),
+            printer_columns=ver.get("additionalPrinterColumns")))
     return out
 
 

@@ -20,10 +20,13 @@ import yaml
 
 from eventop.localkube import errors
 from eventop.localkube.errors import ApiError
+from eventop.localkube.metadata import partial, partial_list, wrong_shape
+from eventop.localkube.negotiate import PLAIN, View, view_for
 from eventop.localkube.objects import dumps
 from eventop.localkube.resources import ResourceType
 from eventop.localkube.selectors import parse_selectors
 from eventop.localkube.store import Obj
+from eventop.localkube.tables import table
 from eventop.localkube.watch import WatchStream
 
 if TYPE_CHECKING:
@@ -195,13 +198,14 @@ class Handler(BaseHTTPRequestHandler):
         if sub and (sub != "status" or not res.has_status or not name):
             raise ApiError(404, "NotFound", "the server could not find the requested resource",
                            {})
-        if method == "GET" and name:
-            return 200, _out(res, store.get(res, ns, name))
         if method == "GET":
+            view = view_for(self.headers.get("Accept"))
+            if name:
+                return 200, _render(res, store.get(res, ns, name), view, query)
             if query.get("watch") in ("1", "true", "True"):
-                self._watch(res, ns, query)
+                self._watch(res, ns, query, view)
                 return None
-            return 200, self._list(res, ns, query)
+            return 200, self._list(res, ns, query, view)
         if method == "POST" and not name:
             body = self._decode(raw)
             if not isinstance(body, dict):
@@ -289,7 +293,8 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- verbs -----------------------------------------------------------------------
 
-    def _list(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> bytes:
+    def _list(self, res: ResourceType, ns: str | None, query: dict[str, str],
+              view: View = PLAIN) -> bytes:
         match = parse_selectors(res.kind, query)
         limit = int(query.get("limit") or 0)
         start, list_rv = None, None
@@ -308,7 +313,13 @@ class Handler(BaseHTTPRequestHandler):
                 {"rv": list_rv, "start": list(last)}).encode()).decode()
             if match is None:
                 meta["remainingItemCount"] = remaining
-        elif res.custom:
+        if view.kind == "PartialObjectMetadataList":
+            return _json(partial_list(items, meta, view.api_version))
+        if view.kind == "PartialObjectMetadata":
+            raise wrong_shape(view.kind, res, is_list=True)
+        if view.kind == "Table":
+            return _json(table(res, items, meta, view, query.get("includeObject", "Metadata")))
+        if last is None and res.custom:
             meta["continue"] = ""
         if res.custom:  # unstructured: keys sorted, as the recordings show
             body = ",".join(dumps(i, True) for i in items)
@@ -355,8 +366,9 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- watch -----------------------------------------------------------------------
 
-    def _watch(self, res: ResourceType, ns: str | None, query: dict[str, str]) -> None:
-        WatchStream(self, res, ns, query).serve()
+    def _watch(self, res: ResourceType, ns: str | None, query: dict[str, str],
+               view: View) -> None:
+        WatchStream(self, res, ns, query, view).serve()
 
     def chunk(self, data: bytes) -> None:
         """Write one HTTP chunk (b"" is the terminating chunk)."""
@@ -376,5 +388,22 @@ def _group(group: str, versions: list[str]) -> Obj:
 
 def _out(res: ResourceType, obj: Obj) -> bytes:
     return dumps(obj, res.custom).encode()
+
+
+def _json(obj: Obj) -> bytes:
+    """A meta.k8s.io answer (typed: keys in field order, not sorted)."""
+    return dumps(obj, False).encode()
+
+
+def _render(res: ResourceType, obj: Obj, view: View, query: dict[str, str]) -> bytes:
+    """One object as ``view`` asks: itself, its PartialObjectMetadata, or a one-row Table."""
+    if view.kind == "PartialObjectMetadata":
+        return _json(partial(obj, view.api_version))
+    if view.kind == "PartialObjectMetadataList":
+        raise wrong_shape(view.kind, res, is_list=False)
+    if view.kind == "Table":
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        return _json(table(res, [obj], meta, view, query.get("includeObject", "Metadata")))
+    return _out(res, obj)
 
 

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 
 from eventop.localkube import errors
 from eventop.localkube.errors import ApiError
+from eventop.localkube.metadata import partial
+from eventop.localkube.negotiate import PLAIN, View
 from eventop.localkube.objects import event_line
 from eventop.localkube.resources import ResourceType
 from eventop.localkube.selectors import parse_selectors
 from eventop.localkube.store import Event, Obj
+from eventop.localkube.tables import table
 
 if TYPE_CHECKING:
     from eventop.localkube.server import Handler
@@ -39,10 +42,16 @@ class Next(Enum):
 
 
 class WatchStream:
-    """Serve ``?watch=1`` for one request, writing chunks through its handler."""
+    """Serve ``?watch=1`` for one request, writing chunks through its handler.
+
+    ``view`` is what the client's Accept asked for: each event's object as itself, as
+    PartialObjectMetadata, or as a one-row Table (column definitions in the first event
+    only); as PartialObjectMetadataList the real server cannot encode any event and ends
+    the stream at the first one, and so does this (all recorded).
+    """
 
     def __init__(self, handler: Handler, res: ResourceType, ns: str | None,
-                 query: dict[str, str]) -> None:
+                 query: dict[str, str], view: View = PLAIN) -> None:
         self.handler = handler
         self.kube = handler.kube
         self.store = handler.kube.store
@@ -51,6 +60,11 @@ class WatchStream:
         self.match = parse_selectors(res.kind, query)
         self.bookmarks = query.get("allowWatchBookmarks") in ("true", "1", "True")
         self.timeout = float(query.get("timeoutSeconds") or 1800)
+        self.view = view
+        self.include = query.get("includeObject", "Metadata")
+        self.headers_sent = False
+        if view.kind == "Table":  # refuse a bad includeObject before the stream starts
+            table(res, [], {}, view, self.include)
 
     def serve(self) -> None:
         kube, store, handler = self.kube, self.store, self.handler
@@ -62,7 +76,7 @@ class WatchStream:
             if rv_param in ("", "0"):
                 pos = store.rv
                 items, _, _, _ = store.list(self.res, self.ns, self.match)
-                initial = [event_line("ADDED", i, self.res.custom) for i in items]
+                initial = [self._as_view("ADDED", i) for i in items]
             else:
                 try:
                     pos = int(rv_param)
@@ -86,6 +100,9 @@ class WatchStream:
                 handler.chunk(b"")
                 return
             for line in initial:
+                if self.view.kind == "PartialObjectMetadataList":
+                    handler.chunk(b"")
+                    return
                 handler.chunk(line)
             self._stream(pos, epoch)
         except OSError:
@@ -144,11 +161,17 @@ class WatchStream:
                 handler.chunk(b"")
                 return
             if action is Next.BOOKMARK:
-                handler.chunk(event_line("BOOKMARK", bookmark(res, pos), res.custom))
+                if self.view.kind == "PartialObjectMetadataList":
+                    handler.chunk(b"")
+                    return
+                handler.chunk(self._as_view("BOOKMARK", bookmark(res, pos)))
                 next_bookmark = time.monotonic() + self.kube.bookmark_interval
                 continue
             lines = [line for line in (self._line(e) for e in batch) if line is not None]
             pos = batch[-1].rv
+            if lines and self.view.kind == "PartialObjectMetadataList":
+                handler.chunk(b"")
+                return
             if lines:
                 handler.chunk(b"".join(lines))
 
@@ -158,21 +181,38 @@ class WatchStream:
             return None
         match = self.match
         if match is None:
-            return event.line()
+            return self._event_line(event)
         now_ok = match(event.obj)
         if event.type != "MODIFIED":
-            return event.line() if now_ok else None
+            return self._event_line(event) if now_ok else None
         was_ok = event.prev is not None and match(event.prev)
         if now_ok and was_ok:
-            return event.line()
+            return self._event_line(event)
         if now_ok:
-            return event_line("ADDED", event.obj, event.custom)
+            return self._as_view("ADDED", event.obj)
         if was_ok and event.prev is not None:
             # Left the selection: DELETED with the state it was last seen in, at this version.
             gone = dict(event.prev)
             gone["metadata"] = {**event.prev["metadata"], "resourceVersion": str(event.rv)}
-            return event_line("DELETED", gone, event.custom)
+            return self._as_view("DELETED", gone)
         return None
+
+    def _event_line(self, event: Event) -> bytes:
+        if self.view is PLAIN:
+            return event.line()  # cached: shared by every plain watch
+        return self._as_view(event.type, event.obj)
+
+    def _as_view(self, etype: str, obj: Obj) -> bytes:
+        """The watch line for ``obj`` in this watch's view."""
+        if self.view.kind in ("", "PartialObjectMetadataList"):
+            return event_line(etype, obj, self.res.custom)
+        if self.view.kind == "PartialObjectMetadata":
+            return event_line(etype, partial(obj, self.view.api_version), False)
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        line = event_line(etype, table(self.res, [obj], meta, self.view, self.include,
+                                       headers=not self.headers_sent), False)
+        self.headers_sent = True
+        return line
 
 
 def bookmark(res: ResourceType, rv: int) -> Obj:

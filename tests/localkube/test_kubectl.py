@@ -1,0 +1,87 @@
+"""kubectl's everyday commands against localkube, run with the real kubectl binary.
+
+Skipped when kubectl is not installed. What each command prints is compared with what the
+same kubectl prints against a real v1.24 server in ``tests/cluster`` (see
+``test_kubectl_cluster.py``) and with the recorded responses behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eventop.localkube import LocalKube
+from tests.localkube.kubectl import Kubectl
+from tests.support.apiserver import local_kube_server
+
+MIRROR = """apiVersion: eventop.dev/v1
+kind: RegistryMirror
+metadata: {name: docker-hub, namespace: default}
+spec: {upstream: "https://registry-1.docker.io"}
+"""
+
+
+@pytest.fixture
+def server() -> Iterator[LocalKube]:
+    with local_kube_server() as lk:
+        yield lk
+
+
+@pytest.fixture
+def kubectl(server: LocalKube, tmp_path: Path) -> Kubectl:
+    return Kubectl.for_url(server.url, tmp_path)
+
+
+def lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def test_get_prints_the_servers_printer_columns(kubectl: Kubectl, server: LocalKube) -> None:
+    server.put({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "default"},
+                "data": {"a": "1", "b": "2"}})
+    out = lines(kubectl("get", "configmaps").stdout)
+    assert out[0] == ["NAME", "DATA", "AGE"]
+    assert out[2][:2] == ["settings", "2"]
+
+
+def test_get_custom_resources_prints_the_crd_columns(kubectl: Kubectl,
+                                                     server: LocalKube) -> None:
+    server.put(yaml.safe_load(MIRROR))
+    out = lines(kubectl("get", "registrymirrors").stdout)
+    assert out[0] == ["NAME", "UPSTREAM", "ENDPOINT", "READY", "AGE"]
+    assert out[1][:2] == ["docker-hub", "https://registry-1.docker.io"]
+
+
+def test_get_by_category_lists_every_eventop_kind(kubectl: Kubectl,
+                                                  server: LocalKube) -> None:
+    server.put(yaml.safe_load(MIRROR))
+    server.put({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                "metadata": {"name": "usd", "namespace": "default"},
+                "spec": {"currency": "USD"}})
+    out = kubectl("get", "eventop").stdout
+    assert "registrymirror.eventop.dev/docker-hub" in out
+    assert "exchangerate.eventop.dev/usd" in out
+    assert "CURRENCY" in out and "UPSTREAM" in out
+
+
+def test_get_wide_adds_the_priority_columns(kubectl: Kubectl, server: LocalKube) -> None:
+    server.put({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"metadata": {"labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "nginx",
+                                                               "image": "nginx:1.25"}]}}}})
+    out = lines(kubectl("get", "deploy", "-o", "wide").stdout)
+    assert out[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS",
+                      "IMAGES", "SELECTOR"]
+    assert out[1][:2] == ["web", "0/2"] and out[1][-3:] == ["nginx", "nginx:1.25", "app=web"]
+
+
+def test_get_short_names_and_all_namespaces(kubectl: Kubectl) -> None:
+    out = lines(kubectl("get", "cm", "-A").stdout)
+    assert out[0] == ["NAMESPACE", "NAME", "DATA", "AGE"]
+    assert {row[0] for row in out[1:]} >= {"default", "kube-system"}

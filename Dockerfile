@@ -28,6 +28,7 @@ RUN sed -n '1,/^# --- test and development/p' requirements.txt \
 # repository to eventop.<room>), without the local API server, which only tests and the demo use.
 COPY pyproject.toml ./
 COPY eventop/ eventop/
+COPY engine/ engine/
 COPY kube/ kube/
 COPY handlers/ handlers/
 COPY router/ router/

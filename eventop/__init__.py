@@ -19,6 +19,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Child": "eventop.engine",
+    "Controller": "eventop.engine",
+    "Desired": "eventop.engine",
+    "Kind": "eventop.engine",
+    "Note": "eventop.engine",
     "on": "eventop.handlers",
     "Registry": "eventop.handlers",
     "Event": "eventop.handlers",

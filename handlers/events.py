@@ -3,7 +3,7 @@
 Built by the router from the wire (binary or structured CloudEvent), or directly in tests
 with :meth:`Event.for_object`. Handlers treat it as a hint of *what to look at*: they read
 the current state from the API server and converge, so a late, repeated or forged event can
-at most cause one more reconcile.
+at most cause one more reconcile. The wire contract itself is :mod:`eventop.events`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from eventop.kube.resources import ResourceTable
-
-_KNOWN_KINDS = ResourceTable()  # built once: subject_for runs for every event the watcher sends
-
-RESOURCE_PREFIX = "dev.knative.apiserver.resource."
-REF_PREFIX = "dev.knative.apiserver.ref."
-RESOURCE_TYPES = tuple(RESOURCE_PREFIX + c for c in ("add", "update", "delete"))
-REF_TYPES = tuple(REF_PREFIX + c for c in ("add", "update", "delete"))
-KUBE_TYPES = RESOURCE_TYPES + REF_TYPES
-REFRESH_TYPE = "dev.eventop.exchangerates.refresh"
-PING_TYPE = "dev.knative.sources.ping"
+from eventop.events import (
+    RESOURCE_PREFIX,
+    is_kube_type,
+    kube_extensions,
+    subject_for,
+)
+from eventop.events import event_id as _event_id
 
 
 @dataclass(frozen=True)
@@ -34,6 +30,7 @@ class ObjectRef:
     name: str
     namespace: str | None = None
     uid: str | None = None
+    resource_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +45,7 @@ class Event:
 
     @property
     def is_kube(self) -> bool:
-        return self.type.startswith((RESOURCE_PREFIX, REF_PREFIX))
+        return is_kube_type(self.type)
 
     @property
     def change(self) -> str | None:
@@ -78,17 +75,17 @@ class Event:
         name = meta.get("name") or self.extensions.get("name")
         if not (api_version and kind and name):
             return None
+        rv = meta.get("resourceVersion")
         return ObjectRef(str(api_version), str(kind), str(name),
                          meta.get("namespace") or self.extensions.get("namespace") or None,
-                         meta.get("uid"))
+                         meta.get("uid"), str(rv) if rv else None)
 
     @classmethod
     def for_object(cls, change: str, obj: dict[str, Any], *, source: str = "test",
                    event_id: str | None = None) -> Event:
         """A Resource-mode event as the watcher or ApiServerSource would send it."""
-        meta = obj.get("metadata") or {}
         return cls(
-            id=event_id or f"{meta.get('uid')}/{meta.get('resourceVersion')}/{change}",
+            id=event_id or _event_id(change, obj),
             type=RESOURCE_PREFIX + change, source=source, data=obj,
             subject=subject_for(obj), time=datetime.now(UTC).isoformat(),
             extensions=kube_extensions(obj),
@@ -100,21 +97,4 @@ class Event:
                    time=datetime.now(UTC).isoformat())
 
 
-def subject_for(obj: dict[str, Any]) -> str:
-    """``/apis/<apiVersion>/namespaces/<ns>/<plural>/<name>`` as ApiServerSource writes it."""
-    meta = obj.get("metadata") or {}
-    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    res = _KNOWN_KINDS.by_kind(api_version, kind)
-    plural = res.plural if res else kind.lower() + "s"
-    ns = meta.get("namespace")
-    ns_part = f"/namespaces/{ns}" if ns else ""
-    return f"/apis/{api_version}{ns_part}/{plural}/{meta.get('name')}"
-
-
-def kube_extensions(obj: dict[str, Any]) -> dict[str, str]:
-    meta = obj.get("metadata") or {}
-    ext = {"kind": str(obj.get("kind", "")), "name": str(meta.get("name", "")),
-           "apiversion": str(obj.get("apiVersion", ""))}
-    if meta.get("namespace"):
-        ext["namespace"] = str(meta["namespace"])
-    return ext
+__all__ = ["Event", "ObjectRef"]

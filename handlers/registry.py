@@ -1,18 +1,32 @@
-"""Register handler functions for events, and dispatch an event to every handler that wants it.
+"""Which handlers exist, and which of them want an event.
 
-A handler is a plain function ``(event, kube) -> str | None``::
+Two kinds of handlers live in a :class:`Registry`:
 
-    from eventop.handlers import on
+* **controllers** (:class:`eventop.engine.Controller`): a pure function from a parent object
+  and cached reads to what should exist; the engine does the reads, merges repeated work and
+  writes only differences (see ``docs/ENGINE.md``). The preferred form.
+* **event functions**, registered with :meth:`Registry.on`: a plain ``(event, kube) -> str |
+  None`` run once per matching event, for work that is not "make objects exist" (calling
+  out, counting, notifying)::
 
-    @on("dev.knative.apiserver.resource.*", api_version="eventop.dev/v1", kind="CopyRule")
-    def reconcile_rule(event, kube):
-        ...
-        return "synced 3 copies"    # optional, goes to the log line
+      from eventop import on
 
-It has no Flask in it and can be called directly in a test. Handlers are independent: the
-dispatcher runs each one that matches, and one failing does not stop the others (the event
-is then answered 5xx and redelivered; handlers are idempotent, so rerunning the ones that
-succeeded is harmless).
+      @on("dev.knative.apiserver.resource.*", api_version="v1", kind="ConfigMap")
+      def annotate(event, kube):
+          ...
+          return "annotated"    # optional, goes to the event's log line
+
+A registry is an ordinary object: nothing registers anywhere by being imported except into
+the registry named. The built-in handler packages each declare their own module-level
+``registry``; :func:`eventop.handlers.load` composes a fresh one for the router from those and
+the user's modules. :data:`default` (what :func:`on` without ``registry=`` uses, as kopf's
+decorators do) is where a user's module registers unless it brings its own.
+
+A function handler has no Flask in it and can be called directly in a test. Handlers are
+independent: one failing does not stop the others (the event is then answered 5xx and
+redelivered; handlers are idempotent, so rerunning the ones that succeeded is harmless).
+Each function handler writes with its own field manager (see :func:`field_manager_for`), so
+two handlers never take each other's fields.
 """
 
 from __future__ import annotations
@@ -21,26 +35,40 @@ import fnmatch
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from eventop.handlers.events import Event
+
+if TYPE_CHECKING:
+    from eventop.engine.controller import Controller
 
 log = logging.getLogger("eventop.handlers")
 
 HandlerFn = Callable[[Event, Any], "str | None"]
+BUILTIN_PREFIX = "eventop.handlers."
+
+
+def field_manager_for(module: str, name: str | None = None) -> str:
+    """The field manager a handler writes with: ``eventop-<name>``.
+
+    ``name`` is what the handler declares; without it, its module: ``eventop-copy-rules``
+    for ``eventop.handlers.copy_rules``, ``eventop-mypkg.labels`` for a user's
+    ``mypkg.labels``. Server-side apply tracks fields per manager, so two handlers with
+    different managers that set the same field with different values conflict (reported)
+    instead of silently taking it from each other in a write loop.
+    """
+    base = name or module.removeprefix(BUILTIN_PREFIX).replace("_", "-")
+    return f"eventop-{base}"[:128]
 
 
 @dataclass(frozen=True)
-class Registration:
-    fn: HandlerFn
+class Pattern:
+    """One ``@on``: shell-style type patterns and, optionally, the object's kind."""
+
     types: tuple[str, ...]
     api_version: str | None
     kind: str | None
-
-    @property
-    def name(self) -> str:
-        return f"{self.fn.__module__}.{self.fn.__qualname__}"
 
     def wants(self, event: Event) -> bool:
         if not any(fnmatch.fnmatchcase(event.type, pattern) for pattern in self.types):
@@ -55,6 +83,30 @@ class Registration:
 
 
 @dataclass
+class Registration:
+    """One event function with every pattern it was registered for: it runs once per event
+    even when several of its patterns match."""
+
+    fn: HandlerFn
+    patterns: list[Pattern] = field(default_factory=list)
+    field_manager: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+    @property
+    def module(self) -> str:
+        return str(self.fn.__module__)
+
+    def wants(self, event: Event) -> bool:
+        return any(p.wants(event) for p in self.patterns)
+
+    def kinds(self) -> set[tuple[str, str]]:
+        return {(p.api_version, p.kind) for p in self.patterns if p.api_version and p.kind}
+
+
+@dataclass
 class Outcome:
     handler: str
     ok: bool
@@ -64,46 +116,109 @@ class Outcome:
 
 
 class Registry:
-    def __init__(self) -> None:
-        self._regs: list[Registration] = []
+    """Event functions and controllers; compose several with :meth:`include`."""
 
-    def on(self, *types: str, api_version: str | None = None,
-           kind: str | None = None) -> Callable[[HandlerFn], HandlerFn]:
+    def __init__(self) -> None:
+        self._regs: dict[HandlerFn, Registration] = {}
+        self._controllers: dict[str, Controller] = {}
+
+    # -- declaring ---------------------------------------------------------------------
+
+    def on(self, *types: str, api_version: str | None = None, kind: str | None = None,
+           field_manager: str | None = None) -> Callable[[HandlerFn], HandlerFn]:
         """Decorator: call the function for events whose type matches one of ``types``
-        (shell-style patterns) and, if given, whose object has this apiVersion and kind."""
+        (shell-style patterns) and, if given, whose object has this apiVersion and kind.
+
+        ``field_manager`` overrides the one derived from the function's module."""
         if not types:
             raise TypeError("on() needs at least one event type (patterns like 'a.b.*' work)")
+        pattern = Pattern(tuple(types), api_version, kind)
 
         def register(fn: HandlerFn) -> HandlerFn:
-            self._regs.append(Registration(fn, tuple(types), api_version, kind))
+            reg = self._regs.get(fn)
+            if reg is None:
+                reg = self._regs[fn] = Registration(
+                    fn, [], field_manager or field_manager_for(str(fn.__module__)))
+            elif field_manager:
+                reg.field_manager = field_manager
+            if pattern not in reg.patterns:
+                reg.patterns.append(pattern)
             return fn
         return register
 
+    def add(self, controller: Controller) -> Controller:
+        """Register a controller (``Controller(..., registry=r)`` calls this)."""
+        same = self._controllers.get(controller.name)
+        if same is not None and same is not controller:
+            raise ValueError(f"two controllers are named {controller.name!r} "
+                             f"({same.module} and {controller.module}); names must be unique "
+                             "because they are the field managers")
+        self._controllers[controller.name] = controller
+        return controller
+
+    def include(self, other: Registry, *, module_prefix: str | None = None) -> Registry:
+        """Add ``other``'s handlers (only those from modules under ``module_prefix``)."""
+        for reg in other._regs.values():
+            if module_prefix is None or _under(reg.module, module_prefix):
+                mine = self._regs.setdefault(reg.fn, Registration(reg.fn, [],
+                                                                  reg.field_manager))
+                mine.patterns.extend(p for p in reg.patterns if p not in mine.patterns)
+        for ctl in other._controllers.values():
+            if module_prefix is None or _under(ctl.module, module_prefix):
+                self.add(ctl)
+        return self
+
+    # -- reading -----------------------------------------------------------------------
+
     @property
     def registrations(self) -> tuple[Registration, ...]:
-        return tuple(self._regs)
+        return tuple(self._regs.values())
 
-    def custom_kinds(self) -> set[tuple[str, str]]:
-        """The (apiVersion, kind) of custom resources the handlers listen to: the CRDs that
-        must be installed before events for them can exist."""
-        kinds = set()
-        for reg in self._regs:
-            if reg.api_version and reg.kind:
-                group = reg.api_version.rpartition("/")[0]
-                if "." in group and not group.endswith(".k8s.io"):
-                    kinds.add((reg.api_version, reg.kind))
+    @property
+    def controllers(self) -> tuple[Controller, ...]:
+        return tuple(self._controllers.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._regs or self._controllers)
+
+    def event_kinds(self) -> set[tuple[str, str]]:
+        """Every (apiVersion, kind) whose changes some handler wants to hear about: what the
+        watcher (or the ApiServerSource) must watch."""
+        kinds: set[tuple[str, str]] = set()
+        for reg in self._regs.values():
+            kinds |= reg.kinds()
+        for ctl in self._controllers.values():
+            kinds |= {k.key for k in ctl.event_kinds()}
         return kinds
 
+    def needed_kinds(self) -> dict[tuple[str, str], list[str]]:
+        """Every (apiVersion, kind) a handler listens to or reads, with the handlers that
+        need it: readiness names a missing CRD and who waits for it."""
+        needed: dict[tuple[str, str], list[str]] = {}
+        for reg in self._regs.values():
+            for key in sorted(reg.kinds()):
+                needed.setdefault(key, []).append(reg.name)
+        for ctl in self._controllers.values():
+            for k in ctl.kinds():
+                needed.setdefault(k.key, []).append(ctl.name)
+        return needed
+
+    def custom_kinds(self) -> set[tuple[str, str]]:
+        """The (apiVersion, kind) of custom resources the handlers need: the CRDs that must
+        be installed before events for them can exist."""
+        return {key for key in self.needed_kinds() if is_custom(key[0])}
+
     def matching(self, event: Event) -> list[Registration]:
-        return [r for r in self._regs if r.wants(event)]
+        return [r for r in self._regs.values() if r.wants(event)]
 
     def dispatch(self, event: Event, kube: Any) -> list[Outcome]:
-        """Run every matching handler; exceptions are captured in the outcomes, not raised."""
+        """Run every matching event function once, each with a ``kube`` writing under its
+        own field manager; exceptions are captured in the outcomes, not raised."""
         outcomes = []
         for reg in self.matching(event):
             start = time.perf_counter()
             try:
-                detail = reg.fn(event, kube)
+                detail = reg.fn(event, _for_manager(kube, reg.field_manager))
                 outcomes.append(Outcome(reg.name, True, time.perf_counter() - start,
                                         str(detail or "")))
             except Exception as exc:  # one handler's failure must not hide the others
@@ -112,5 +227,29 @@ class Registry:
         return outcomes
 
 
-registry = Registry()
-on = registry.on
+def is_custom(api_version: str) -> bool:
+    """A custom resource's group: dotted, and not one of Kubernetes' own (``*.k8s.io``)."""
+    group = api_version.rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _for_manager(kube: Any, manager: str) -> Any:
+    """``kube`` writing as ``manager`` (a test's stand-in without that ability as it is)."""
+    for_manager = getattr(kube, "for_manager", None)
+    return for_manager(manager) if callable(for_manager) else kube
+
+
+#: Where :func:`on` registers when no registry is named: a user's handler module.
+default = Registry()
+
+
+def on(*types: str, api_version: str | None = None, kind: str | None = None,
+       field_manager: str | None = None,
+       registry: Registry | None = None) -> Callable[[HandlerFn], HandlerFn]:
+    """:meth:`Registry.on` of ``registry`` (default: :data:`default`)."""
+    return (registry or default).on(*types, api_version=api_version, kind=kind,
+                                    field_manager=field_manager)

@@ -60,6 +60,7 @@ class Kube:
         self.field_manager = field_manager
         self.timeout = timeout
         self.resources = ResourceTable()
+        self._siblings: dict[str, Kube] = {field_manager: self}
 
     # -- construction --------------------------------------------------------------
 
@@ -96,6 +97,18 @@ class Kube:
         configuration.socket_options = tcp_keepalive_socket_options(idle=30, interval=10,
                                                                     count=3)
         return cls(k8s_client.ApiClient(configuration))
+
+    def for_manager(self, field_manager: str) -> Kube:
+        """This client writing as ``field_manager``: one per handler, so that two handlers
+        setting the same field conflict visibly instead of taking it from each other.
+        Shares the connection pool and the table of kinds."""
+        sibling = self._siblings.get(field_manager)
+        if sibling is None:
+            sibling = Kube(self.api, field_manager=field_manager, timeout=self.timeout)
+            sibling.resources = self.resources
+            sibling._siblings = self._siblings
+            self._siblings[field_manager] = sibling
+        return sibling
 
     @property
     def host(self) -> str:
@@ -320,25 +333,26 @@ class Kube:
         prefix = str(meta.get("name"))[:253 - 17].rstrip("-.")
         name = f"{prefix}.{hashlib.sha256(key).hexdigest()[:16]}"
         now = now_rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                "name": meta.get("name"), "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event_type, "reason": reason, "message": message[:1024],
+            "source": {"component": component}, "reportingComponent": component,
+            "reportingInstance": os.environ.get("HOSTNAME", component),
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
         try:
-            existing = self.get_or_none("v1", "Event", name, ns)
-            if existing is not None:
+            try:
+                self.create(event)
+            except errors.Conflict:  # posted before (its name is derived from it): count it
+                existing = self.get("v1", "Event", name, ns)
                 self.patch("v1", "Event", name, ns,
                            {"count": int(existing.get("count") or 1) + 1, "lastTimestamp": now})
-                return
-            self.create({
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": name, "namespace": ns},
-                "involvedObject": {
-                    "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
-                    "name": meta.get("name"), "namespace": meta.get("namespace"),
-                    "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
-                },
-                "type": event_type, "reason": reason, "message": message[:1024],
-                "source": {"component": component}, "reportingComponent": component,
-                "reportingInstance": os.environ.get("HOSTNAME", component),
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            })
         except errors.KubeError as exc:
             log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
                         message, exc)

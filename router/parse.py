@@ -29,7 +29,8 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from dateutil.parser import isoparse
 
-from eventop.handlers.events import REF_PREFIX, RESOURCE_PREFIX, Event
+from eventop.events import REF_PREFIX, RESOURCE_PREFIX
+from eventop.handlers.events import Event
 
 REQUIRED = ("id", "source", "type", "specversion")
 CORE = frozenset({*REQUIRED, "datacontenttype", "dataschema", "subject", "time"})

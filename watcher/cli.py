@@ -20,8 +20,8 @@ from typing import Any
 
 import requests
 
+from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError
-from eventop.watcher.cloudevent import simple_event, to_cloudevent
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
 from eventop.watcher.watch import (

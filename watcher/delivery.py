@@ -52,7 +52,7 @@ import requests
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import Counter, Gauge
 
-from eventop.watcher.cloudevent import to_http
+from eventop.events import to_http
 
 log = logging.getLogger("eventop.watcher.delivery")
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from eventop.watcher.cloudevent import WATCH_TYPE_TO_CHANGE
+from eventop.events import WATCH_TYPE_TO_CHANGE
 
 log = logging.getLogger("eventop.watcher.recording")
 

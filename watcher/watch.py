@@ -45,9 +45,9 @@ from typing import Any, NamedTuple
 import urllib3
 from prometheus_client import Counter
 
+from eventop.events import WATCH_TYPE_TO_CHANGE, to_cloudevent
 from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.resources import Resource
-from eventop.watcher.cloudevent import WATCH_TYPE_TO_CHANGE, to_cloudevent
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing
 from eventop.watcher.recording import parse_watch_line
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from eventop.events import ANY_KUBE_CHANGE
 from eventop.handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
@@ -40,13 +41,15 @@ from eventop.handlers.copy_rules.reconcile import (
     refresh_status,
 )
 from eventop.handlers.events import Event
-from eventop.handlers.registry import on
+from eventop.handlers.registry import Registry
+
+#: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
+registry = Registry()
 
 Obj = dict[str, Any]
-ANY_KUBE_EVENT = "dev.knative.apiserver.*"  # Resource and Reference mode, add/update/delete
 
 
-@on(ANY_KUBE_EVENT, api_version=API_VERSION, kind=KIND)
+@registry.on(ANY_KUBE_CHANGE, api_version=API_VERSION, kind=KIND)
 def on_copy_rule(event: Event, kube: Any) -> str:
     """Reconcile the whole rule as it is now (the event body may be stale)."""
     ref = event.ref
@@ -64,7 +67,7 @@ def on_copy_rule(event: Event, kube: Any) -> str:
         return f"CopyRule {ref.name} not applied, invalid spec (see its status): {exc}"
 
 
-@on(ANY_KUBE_EVENT, api_version="v1", kind="Namespace")
+@registry.on(ANY_KUBE_CHANGE, api_version="v1", kind="Namespace")
 def on_namespace(event: Event, kube: Any) -> str:
     """A namespace appeared or was relabelled: converge every rule's copies in it alone."""
     ref = event.ref
@@ -84,8 +87,8 @@ def on_namespace(event: Event, kube: Any) -> str:
     return _each_rule(kube, list_rules(kube), lambda rule: Scope(namespace=ref.name), reads)
 
 
-@on(ANY_KUBE_EVENT, api_version="v1", kind="ConfigMap")
-@on(ANY_KUBE_EVENT, api_version="v1", kind="Secret")
+@registry.on(ANY_KUBE_CHANGE, api_version="v1", kind="ConfigMap")
+@registry.on(ANY_KUBE_CHANGE, api_version="v1", kind="Secret")
 def on_config_object(event: Event, kube: Any) -> str:
     """A ConfigMap/Secret changed: as a possible source, converge its copies everywhere; as a
     possible copy (or an object at a copy's name), converge that one slot."""

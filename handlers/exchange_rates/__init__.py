@@ -36,7 +36,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from eventop.handlers.events import PING_TYPE, REFRESH_TYPE, Event
+from eventop.events import PING_TYPE, REFRESH_TYPE, kube_change_types
+from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import ProviderError
 from eventop.handlers.exchange_rates.reconcile import (
@@ -49,9 +50,12 @@ from eventop.handlers.exchange_rates.reconcile import (
     currency_of,
     is_converged,
 )
-from eventop.handlers.registry import on
+from eventop.handlers.registry import Registry
 from eventop.kube import objects
 from eventop.kube.errors import KubeError, NotFound
+
+#: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
+registry = Registry()
 
 log = logging.getLogger("eventop.exchange_rates")
 
@@ -62,8 +66,7 @@ class RefreshIncomplete(Exception):
     """Some ExchangeRates could not be written (Kubernetes API errors); redeliver the refresh."""
 
 
-@on("dev.knative.apiserver.*.add", "dev.knative.apiserver.*.update",
-    api_version=API_VERSION, kind=KIND)
+@registry.on(*kube_change_types("add", "update"), api_version=API_VERSION, kind=KIND)
 def reconcile_exchange_rate(event: Event, kube: Any) -> str:
     """Fetch and write the rate of one ExchangeRate, read fresh from the API server."""
     ref = event.ref
@@ -85,7 +88,7 @@ def reconcile_exchange_rate(event: Event, kube: Any) -> str:
     return converge(kube, cr, outcome).detail
 
 
-@on("dev.knative.apiserver.*.delete", api_version=API_VERSION, kind=KIND)
+@registry.on(*kube_change_types("delete"), api_version=API_VERSION, kind=KIND)
 def exchange_rate_deleted(event: Event, kube: Any) -> str:
     """Delete the ConfigMap of a deleted ExchangeRate, unless a new one of that name owns it.
 
@@ -112,7 +115,7 @@ def exchange_rate_deleted(event: Event, kube: Any) -> str:
     return f"ConfigMap {where} {'deleted' if deleted else 'already gone'}"
 
 
-@on(REFRESH_TYPE, PING_TYPE)
+@registry.on(REFRESH_TYPE, PING_TYPE)
 def refresh_exchange_rates(event: Event, kube: Any) -> str:
     """Refresh every ExchangeRate in the cluster: one provider request per base currency."""
     try:

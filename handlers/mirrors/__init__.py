@@ -19,15 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventop.events import ANY_KUBE_CHANGE
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import API_VERSION, KIND, Names
 from eventop.handlers.mirrors.reconcile import reconcile, reconcile_conflicted, refresh_status
-from eventop.handlers.registry import on
+from eventop.handlers.registry import Registry
 
-ALL_CHANGES = "dev.knative.apiserver.*"
+#: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
+registry = Registry()
 
 
-@on(ALL_CHANGES, api_version=API_VERSION, kind=KIND)
+@registry.on(ANY_KUBE_CHANGE, api_version=API_VERSION, kind=KIND)
 def on_registry_mirror(event: Event, kube: Any) -> str | None:
     ref = event.ref
     if ref is None or not ref.namespace:
@@ -72,8 +74,8 @@ def owning_mirror(kube: Any, event: Event) -> str | None:
     return None
 
 
-@on(ALL_CHANGES, api_version="apps/v1", kind="StatefulSet")
-@on(ALL_CHANGES, api_version="apps/v1", kind="DaemonSet")
+@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="StatefulSet")
+@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="DaemonSet")
 def on_mirror_workload(event: Event, kube: Any) -> str | None:
     mirror = owning_mirror(kube, event)
     ref = event.ref
@@ -84,7 +86,7 @@ def on_mirror_workload(event: Event, kube: Any) -> str | None:
     return refresh_status(kube, ref.namespace, mirror)
 
 
-@on(ALL_CHANGES, api_version="v1", kind="Secret")
+@registry.on(ANY_KUBE_CHANGE, api_version="v1", kind="Secret")
 def on_credentials_secret(event: Event, kube: Any) -> str | None:
     ref = event.ref
     if ref is None or not ref.namespace:

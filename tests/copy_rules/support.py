@@ -9,7 +9,7 @@ from typing import Any
 
 from eventop.handlers.copy_rules import desired
 from eventop.handlers.events import Event
-from eventop.handlers.registry import Outcome, Registry, registry
+from eventop.handlers.registry import Outcome, Registry
 
 Obj = dict[str, Any]
 Key = tuple[str, str | None, str]
@@ -19,13 +19,9 @@ WATCHED = (("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret"),
 
 def copy_rule_registry() -> Registry:
     """Only the CopyRule handlers (the other built-in handlers have their own tests)."""
-    import eventop.handlers.copy_rules  # noqa: F401  (registers on import)
+    from eventop import handlers
 
-    ours = Registry()
-    for reg in registry.registrations:
-        if reg.fn.__module__ == "eventop.handlers.copy_rules":
-            ours.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
-    return ours
+    return handlers.load("", builtin="copy_rules")
 
 
 class Harness:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from eventop.events import REF_PREFIX, kube_extensions
 from eventop.handlers.copy_rules import desired
-from eventop.handlers.events import REF_PREFIX, Event, kube_extensions
+from eventop.handlers.events import Event
 from tests.copy_rules.support import (
     Harness,
     config_map,

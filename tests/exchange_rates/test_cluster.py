@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from eventop.handlers.events import REFRESH_TYPE
+from eventop.events import REFRESH_TYPE
 from eventop.kube.errors import KubeError
 from tests.exchange_rates.standin import RatesStandIn
 

@@ -8,7 +8,8 @@ import pytest
 import requests
 import requests_mock as rm
 
-from eventop.handlers.events import PING_TYPE, REFRESH_TYPE, Event
+from eventop.events import PING_TYPE, REFRESH_TYPE
+from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import RefreshIncomplete
 from eventop.handlers.registry import Registry
 from tests.exchange_rates.conftest import (
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 
 ER = ("eventop.dev/v1", "ExchangeRate")
 Obj = dict[str, Any]
+FIELD_MANAGER = "eventop-exchange-rates"  # derived from the module: handlers write as this
 
 
 def base_url(base: str) -> str:
@@ -463,8 +465,9 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
             return result
         return write_unless_a
 
-    monkeypatch.setattr(kube, "apply", flaky(kube.apply))  # later writes
-    monkeypatch.setattr(kube, "create", flaky(kube.create))  # the first one
+    mine = kube.for_manager(FIELD_MANAGER)  # what the handlers are given
+    monkeypatch.setattr(mine, "apply", flaky(mine.apply))  # later writes
+    monkeypatch.setattr(mine, "create", flaky(mine.create))  # the first one
     (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
     assert not outcome.ok
     assert isinstance(outcome.error, RefreshIncomplete)
@@ -480,7 +483,7 @@ def test_refresh_without_the_crd_installed_is_not_an_error(
     def no_crd(*args: Any, **kwargs: Any) -> list[Obj]:
         raise NotFound("the server could not find the requested resource")
 
-    monkeypatch.setattr(kube, "list", no_crd)
+    monkeypatch.setattr(kube.for_manager(FIELD_MANAGER), "list", no_crd)
     (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
     assert outcome.ok
     assert "CRD is not installed" in outcome.detail

@@ -16,7 +16,8 @@ from typing import Any
 
 import requests_mock as rm
 
-from eventop.handlers.events import REFRESH_TYPE, Event
+from eventop.events import REFRESH_TYPE
+from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
 from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
 from tests.exchange_rates.standin import RatesStandIn, answer

@@ -100,7 +100,7 @@ class RouterScenarios:
         self.answers: list[tuple[int, Any]] = []
 
     def post(self, change: str, obj: dict) -> int:
-        from eventop.watcher.cloudevent import to_cloudevent, to_http
+        from eventop.events import to_cloudevent, to_http
 
         headers, body = to_http(to_cloudevent(change, obj, "https://127.0.0.1:6443"))
         return self._answer(self.client.post("/", data=body, headers=headers))
@@ -114,7 +114,7 @@ class RouterScenarios:
     def post_type(self, type_: str) -> int:
         from cloudevents.core.v1.event import CloudEvent
 
-        from eventop.watcher.cloudevent import to_http
+        from eventop.events import to_http
 
         headers, body = to_http(CloudEvent(attributes={
             "type": type_, "source": "/tests/install", "id": f"rbac-{next(self.ids)}",
@@ -125,7 +125,7 @@ class RouterScenarios:
         """A Reference-mode event (Knative ApiServerSource ``mode: Reference``)."""
         from cloudevents.core.v1.event import CloudEvent
 
-        from eventop.watcher.cloudevent import to_http
+        from eventop.events import to_http
 
         meta = obj["metadata"]
         headers, body = to_http(CloudEvent(attributes={
@@ -346,15 +346,10 @@ class RouterScenarios:
 
 
 def builtin_registry() -> Any:
-    """The shipped handlers only: other test modules may have registered test handlers in
-    the process-wide registry, and their API calls are not the router's."""
+    """The shipped handlers only (what the router runs without EVENTOP_HANDLERS)."""
     from eventop import handlers
-    from eventop.handlers.registry import Registry
 
-    registry = Registry()
-    for reg in handlers.load("").registrations:
-        if reg.fn.__module__.startswith(handlers.BUILTIN):
-            registry.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
+    registry = handlers.load("", builtin=None)
     assert {r.fn.__module__.split(".")[2] for r in registry.registrations} == {
         "copy_rules", "exchange_rates", "mirrors"}
     return registry

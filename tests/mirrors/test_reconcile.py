@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from eventop.handlers.events import REF_PREFIX, Event
+from eventop.events import REF_PREFIX
+from eventop.handlers.events import Event
 from eventop.handlers.mirrors import on_credentials_secret, on_mirror_workload, on_registry_mirror
 from eventop.handlers.mirrors.build import Names
 from eventop.kube import Kube

@@ -97,13 +97,8 @@ EXPECTED_SEEN = {"docker-hub": ["gen1:20Gi", "gen2:50Gi", "gen2:50Gi"],
 
 @pytest.fixture
 def registry() -> Registry:
-    """Only the mirrors' handlers: the process-wide registry also holds whatever other test
-    modules registered."""
-    handlers.load("", builtin="mirrors")
-    own = Registry()
-    for reg in handlers.registry.registrations:
-        if reg.fn.__module__.startswith("eventop.handlers.mirrors"):
-            own.on(*reg.types, api_version=reg.api_version, kind=reg.kind)(reg.fn)
+    """Only the mirrors' handlers."""
+    own = handlers.load("", builtin="mirrors")
     assert own.registrations
     return own
 

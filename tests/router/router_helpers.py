@@ -9,7 +9,7 @@ from cloudevents.core.bindings.http import to_binary, to_structured
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from eventop.handlers.events import kube_extensions
+from eventop.events import kube_extensions
 
 # Event types of the handlers in tests/router/recording_handlers.py (loaded by router processes
 # only, so the test process never registers them).

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from eventop.watcher.cloudevent import to_cloudevent, to_http
+from eventop.events import to_cloudevent, to_http
 from eventop.watcher.recording import load_recording
 from tests.router.router_helpers import (
     FAIL_TYPE,

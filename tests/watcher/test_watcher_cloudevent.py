@@ -10,7 +10,7 @@ import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_binary
 from cloudevents.core.formats.json import JSONFormat
 
-from eventop.watcher.cloudevent import simple_event, to_cloudevent, to_http
+from eventop.events import simple_event, to_cloudevent, to_http
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 

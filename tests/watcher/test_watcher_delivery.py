@@ -7,7 +7,7 @@ import logging
 import pytest
 import requests
 
-from eventop.watcher.cloudevent import to_cloudevent
+from eventop.events import to_cloudevent
 from eventop.watcher.delivery import (
     Backoff,
     Deliverer,

@@ -1,0 +1,232 @@
+"""Declaring a desired-state handler: its parent kind, what it owns and reads, how other
+kinds' changes map to parents, and its pure reconcile (and finalize) function.
+
+::
+
+    from eventop.engine import Controller, Desired
+    from eventop.handlers import Registry
+
+    registry = Registry()
+    labels = Controller("team-labels", parent="eventop.dev/v1/Team",
+                        owns=["v1/ConfigMap"], reads=["v1/Namespace"], registry=registry)
+
+    @labels.reconcile
+    def desired(team, reads):
+        ...
+        return Desired(children=[...], status={...})
+
+    @labels.maps("v1/Namespace")
+    def teams_of_namespace(namespace, reads):
+        return [t for t in reads.list("eventop.dev/v1/Team") if ...]
+
+The declaration is all the rest of eventop needs to know: the router caches the declared
+kinds (list+watch, so reads cost no request), the watcher watches the kinds whose changes
+map to parents, and RBAC is derived from it (``tests/install``). See ``docs/ENGINE.md``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from eventop.engine.desired import Desired
+from eventop.engine.kinds import Key, Kind, merge_kinds
+from eventop.kube.store import controller_uid
+
+if TYPE_CHECKING:
+    from eventop.engine.reads import Reads
+    from eventop.handlers.events import Event
+    from eventop.handlers.registry import Registry
+
+Obj = dict[str, Any]
+KindSpec = str | Kind | tuple[str, str]
+ReconcileFn = Callable[[Obj, "Reads"], Desired]
+AdoptFn = Callable[[Obj, Obj], bool]
+MapResult = Iterable["Key | Obj | tuple[str, str] | str"]
+MapFn = Callable[[Obj, "Reads"], MapResult]
+TriggerFn = Callable[["Event", "Reads"], MapResult]
+
+FINALIZER_DOMAIN = "eventop.dev"
+
+
+class Controller:
+    """One desired-state handler. ``name`` is unique per router and names its field manager
+    (``eventop-<name>``) and default finalizer (``eventop.dev/<name>``).
+
+    * ``parent``: the kind whose objects are reconciled, one run per object (its key);
+    * ``owns``: kinds of the children it creates; a change of a child (its controller
+      ownerReference names the parent) maps to that parent without further declaration;
+    * ``reads``: further kinds the function reads from the cache (``reads.get``/``list``);
+      reading a kind not declared anywhere is an error that names it;
+    * ``registry``: where to register it (else call ``registry.add(controller)``);
+    * ``conflict_events``: post a Warning Event when a desired child's name is taken by an
+      object this parent does not own (False when the handler reports conflicts itself).
+    """
+
+    def __init__(self, name: str | None = None, *, parent: KindSpec,
+                 owns: Iterable[KindSpec] = (), reads: Iterable[KindSpec] = (),
+                 field_manager: str | None = None, finalizer: str | None = None,
+                 registry: Registry | None = None, conflict_events: bool = True,
+                 module: str | None = None) -> None:
+        from eventop.handlers.registry import field_manager_for
+
+        self.module = module or _caller_module()
+        self.name = name or self.module.removeprefix("eventop.handlers.").replace("_", "-")
+        self.parent = Kind.of(parent)
+        self.owns = [Kind.of(k) for k in owns]
+        self.reads = [Kind.of(k) for k in reads]
+        self.field_manager = field_manager or field_manager_for(self.module, self.name)
+        self._finalizer = finalizer
+        self.conflict_events = conflict_events
+        self.reconcile_fn: ReconcileFn | None = None
+        self.finalize_fn: ReconcileFn | None = None
+        self.adopt_fn: AdoptFn | None = None
+        self.mappers: dict[tuple[str, str], tuple[Kind, MapFn]] = {}
+        self.triggers_by_type: dict[str, TriggerFn] = {}
+        if registry is not None:
+            registry.add(self)
+
+    def __repr__(self) -> str:
+        return f"Controller({self.name!r}, parent={str(self.parent)!r})"
+
+    # -- decorators ------------------------------------------------------------------
+
+    def reconcile(self, fn: ReconcileFn) -> ReconcileFn:
+        """``fn(parent, reads) -> Desired``: what should exist for a live parent."""
+        self.reconcile_fn = fn
+        return fn
+
+    def finalize(self, fn: ReconcileFn) -> ReconcileFn:
+        """``fn(parent, reads) -> Desired(done=...)``: cleanup of a parent being deleted.
+
+        Declaring it makes the engine keep a finalizer on every live parent, so the API
+        server waits for ``done=True`` before the parent (and, through garbage collection,
+        its owned children) goes.
+        """
+        self.finalize_fn = fn
+        return fn
+
+    def adopts(self, fn: AdoptFn) -> AdoptFn:
+        """``fn(parent, existing) -> bool``: may an object at a desired child's name that this
+        parent does not own be taken over (its ownerReference added)? Default: never."""
+        self.adopt_fn = fn
+        return fn
+
+    def maps(self, kind: KindSpec, **options: Any) -> Callable[[MapFn], MapFn]:
+        """``fn(obj, reads) -> parents``: which parents a change of ``obj`` concerns.
+
+        Return parent objects, :class:`Key` s, ``(namespace, name)`` pairs or names. ``obj``
+        is the object as the cache holds it after the change (its last state if deleted).
+        ``options`` are :class:`Kind`'s (``metadata_only``, ``selector``).
+        """
+        declared = Kind.of(kind, **options)
+
+        def register(fn: MapFn) -> MapFn:
+            self.mappers[declared.key] = (declared, fn)
+            return fn
+        return register
+
+    def triggers(self, *types: str) -> Callable[[TriggerFn], TriggerFn]:
+        """``fn(event, reads) -> parents`` for CloudEvents that are not Kubernetes changes
+        (shell-style type patterns): a scheduled refresh that concerns every parent, say."""
+        if not types:
+            raise TypeError("triggers() needs at least one event type pattern")
+
+        def register(fn: TriggerFn) -> TriggerFn:
+            for pattern in types:
+                self.triggers_by_type[pattern] = fn
+            return fn
+        return register
+
+    # -- what it needs ---------------------------------------------------------------
+
+    @property
+    def finalizer(self) -> str | None:
+        if self._finalizer:
+            return self._finalizer
+        return f"{FINALIZER_DOMAIN}/{self.name}" if self.finalize_fn else None
+
+    def kinds(self) -> list[Kind]:
+        """Every kind it reads, one entry per kind (merged): what the router caches."""
+        declared = [self.parent, *self.owns, *self.reads, *(k for k, _ in self.mappers.values())]
+        return list(merge_kinds(declared).values())
+
+    def event_kinds(self) -> list[Kind]:
+        """The kinds whose changes can start a run: parent, owned kinds and mapped kinds."""
+        declared = [self.parent, *self.owns, *(k for k, _ in self.mappers.values())]
+        return list(merge_kinds(declared).values())
+
+    def declares(self, api_version: str, kind: str) -> bool:
+        return any(k.key == (api_version, kind) for k in self.kinds())
+
+    def check(self) -> None:
+        """Raise ValueError if the declaration can not run (no reconcile function)."""
+        if self.reconcile_fn is None:
+            raise ValueError(f"controller {self.name!r} ({self.module}) has no reconcile "
+                             "function: decorate one with @controller.reconcile")
+
+    # -- mapping a change to parents ---------------------------------------------------
+
+    def keys_for(self, obj: Obj, reads: Reads, *, parent_namespaced: bool) -> set[Key]:
+        """The parents a change of ``obj`` concerns (may be none)."""
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        keys: set[Key] = set()
+        if (api_version, kind) == self.parent.key:
+            keys.add(Key.of(obj))
+        if any(k.key == (api_version, kind) for k in self.owns):
+            owner = _controller_ref(obj)
+            if (owner is not None and owner.get("apiVersion") == self.parent.api_version
+                    and owner.get("kind") == self.parent.kind):
+                ns = (obj.get("metadata") or {}).get("namespace") or ""
+                keys.add(Key(ns if parent_namespaced else "", str(owner.get("name"))))
+        mapper = self.mappers.get((str(api_version), str(kind)))
+        if mapper is not None:
+            keys.update(_to_key(item) for item in mapper[1](obj, reads) or ())
+        return keys
+
+
+    def keys_for_event(self, event: Event, reads: Reads) -> set[Key] | None:
+        """Parents of a non-Kubernetes event, or None if no trigger wants its type."""
+        wanted = [fn for pattern, fn in self.triggers_by_type.items()
+                  if fnmatch.fnmatchcase(event.type, pattern)]
+        if not wanted:
+            return None
+        keys: set[Key] = set()
+        for fn in dict.fromkeys(wanted):
+            keys.update(_to_key(item) for item in fn(event, reads) or ())
+        return keys
+
+
+def _controller_ref(obj: Obj) -> Obj | None:
+    uid = controller_uid(obj)
+    if uid is None:
+        return None
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def _to_key(item: Any) -> Key:
+    if isinstance(item, Key):
+        return item
+    if isinstance(item, dict):
+        return Key.of(item)
+    if isinstance(item, tuple) and len(item) == 2:
+        return Key(item[0] or "", str(item[1]))
+    if isinstance(item, str):
+        return Key("", item)
+    raise TypeError(f"a mapping function must return parents (objects, Keys, (namespace, name) "
+                    f"pairs or names), not {type(item).__name__}")
+
+
+def _caller_module() -> str:
+    """The module that declared the controller (two frames up: past ``__init__``)."""
+    frame = inspect.currentframe()
+    try:
+        caller = frame.f_back.f_back if frame and frame.f_back else None
+        return str(caller.f_globals.get("__name__", "handlers")) if caller else "handlers"
+    finally:
+        del frame

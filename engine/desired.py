@@ -1,0 +1,186 @@
+"""What a handler returns (:class:`Desired`) and what the engine tells it back (:class:`Outcome`).
+
+A handler's reconcile function is pure: from the parent object and its cached reads it
+says which children should exist, what the parent's status should be and which Kubernetes
+Events are worth posting. It does no I/O; the engine compares, writes the differences and
+hands the status and Events functions an :class:`Outcome` of what the writes did, so that
+status can count what is really in place (copies written, conflicts, refused writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+Mode = Literal["apply", "replace", "create"]
+
+
+@dataclass
+class Child:
+    """One object the parent wants, and how the engine writes it.
+
+    ``obj`` carries apiVersion, kind, metadata.name (and metadata.namespace for namespaced
+    kinds). A missing child is always created with POST, which fails if someone made an
+    object of that name meanwhile: it is then a conflict, never merged into. An existing child
+    that differs is written by ``mode``:
+
+    * ``"apply"`` (default): server-side apply under the handler's field manager. Fields other
+      managers set are left to them; ``force=True`` takes back fields another manager changed
+      (right for content the handler alone decides, like a copy's data);
+    * ``"replace"``: PUT the whole object (resourceVersion precondition) with exactly the
+      desired top-level fields, other managers' labels, annotations and owners kept. For
+      exact content: a key added by hand to a copy's data is removed;
+    * ``"create"``: created once, never updated (a Job, a generated password).
+
+    ``recreate=True``: an existing child that differs is deleted and created again (immutable
+    fields). ``owned=False``: no ownerReference; the child outlives the parent (a final
+    backup, a snapshot) and is never pruned; the engine recognises it as this parent's by the
+    label ``eventop.dev/parent-uid``. ``matches(existing, desired)`` decides whether the
+    existing object is already as desired (default: every field of ``desired`` has that value
+    in ``existing``; for ``"replace"``, the top-level fields are equal).
+    """
+
+    obj: Obj
+    mode: Mode = "apply"
+    force: bool = False
+    owned: bool = True
+    recreate: bool = False
+    matches: Callable[[Obj, Obj], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("apply", "replace", "create"):
+            raise ValueError(f"Child mode must be apply, replace or create, not {self.mode!r}")
+        meta = self.obj.get("metadata") if isinstance(self.obj, dict) else None
+        if not (isinstance(meta, dict) and meta.get("name") and self.obj.get("apiVersion")
+                and self.obj.get("kind")):
+            raise ValueError("a child needs apiVersion, kind and metadata.name, got "
+                             f"{_describe(self.obj)}")
+
+
+@dataclass(frozen=True)
+class Note:
+    """A Kubernetes Event to post about the parent: ``type`` is Normal or Warning."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """An object at a desired child's name that this parent does not own: left untouched."""
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class WriteError:
+    """A write the API server refused (403, 422, a field conflict...): reported, not retried
+    until something changes."""
+
+    verb: str
+    kind: str
+    namespace: str
+    name: str
+    message: str
+    status: int = 0
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.verb} {self.kind} {where}: {self.message}"
+
+
+@dataclass
+class Outcome:
+    """What applying a :class:`Desired` did; given to its ``status`` and ``events`` functions.
+
+    ``in_place`` are the desired children now as desired (created, updated or already so),
+    as the API server last returned them or the cache holds them.
+    """
+
+    created: list[Obj] = field(default_factory=list)
+    updated: list[Obj] = field(default_factory=list)
+    unchanged: list[Obj] = field(default_factory=list)
+    deleted: list[Obj] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    errors: list[WriteError] = field(default_factory=list)
+    #: Desired children not written because their namespace is terminating or the object
+    #: is being deleted (it is created again once it is gone).
+    skipped: list[Obj] = field(default_factory=list)
+    #: A write lost a race with another writer twice: the run is repeated shortly.
+    retry: bool = False
+
+    @property
+    def in_place(self) -> list[Obj]:
+        return [*self.created, *self.updated, *self.unchanged]
+
+    @property
+    def writes(self) -> int:
+        return len(self.created) + len(self.updated) + len(self.deleted)
+
+    def summary(self) -> str:
+        text = (f"{len(self.created)} created, {len(self.updated)} updated, "
+                f"{len(self.deleted)} deleted, {len(self.unchanged)} unchanged")
+        if self.conflicts:
+            text += f", {len(self.conflicts)} conflicts"
+        if self.errors:
+            text += f", {len(self.errors)} errors"
+        return text
+
+
+StatusFn = Callable[[Outcome], "Obj | None"]
+NotesFn = Callable[[Outcome], Iterable[Note]]
+
+
+@dataclass
+class Desired:
+    """What a reconcile (or finalize) function returns.
+
+    * ``children``: every object the parent wants (:class:`Child`, or a plain dict for a
+      default ``Child``). Owned children not listed are deleted (``prune=False`` keeps them);
+    * ``status``: the parent's status, or a function of the :class:`Outcome` returning it;
+      merge-patched only when it differs from the status the parent has;
+    * ``events``: Kubernetes Events (:class:`Note`), or a function of the Outcome returning
+      them; posted only by a run that changed the status (so a stuck state does not post an
+      Event per event), or every time when ``status`` is None;
+    * ``delete``: objects to delete (uid precondition), owned or labelled as this parent's;
+    * ``requeue_after``: run again after this many seconds even if nothing changes (waiting
+      for a Job, a periodic check); failures are retried with backoff anyway;
+    * ``done`` (finalize only): True once cleanup is complete; the engine then removes the
+      finalizer and the API server deletes the parent;
+    * ``summary``: the run's line in the log (default: the Outcome's counts).
+    """
+
+    children: Iterable[Child | Obj] = ()
+    status: Obj | StatusFn | None = None
+    events: Iterable[Note] | NotesFn = ()
+    delete: Iterable[Obj] = ()
+    requeue_after: float | None = None
+    prune: bool = True
+    done: bool = True
+    summary: str | None = None
+
+    def child_list(self) -> list[Child]:
+        return [c if isinstance(c, Child) else Child(c) for c in self.children]
+
+    def status_for(self, outcome: Outcome) -> Obj | None:
+        return self.status(outcome) if callable(self.status) else self.status
+
+    def notes_for(self, outcome: Outcome) -> list[Note]:
+        return list(self.events(outcome) if callable(self.events) else self.events)
+
+
+def _describe(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return type(obj).__name__
+    meta = obj.get("metadata") or {}
+    return (f"apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r} "
+            f"name={meta.get('name') if isinstance(meta, dict) else None!r}")

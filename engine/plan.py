@@ -1,0 +1,200 @@
+"""Compare what a parent wants with what the cache holds: the writes one run must make.
+
+Pure: no I/O. The rules every handler gets for free:
+
+* a missing child is **created** (POST: fails if the name was taken meanwhile);
+* an object at a child's name that this parent does not own is a **conflict**: never
+  written, reported (unless the controller's ``adopts`` function takes it over);
+* an owned child that differs is **applied**, **replaced** or **recreated** (its ``mode``);
+* owned children no longer wanted are **deleted** (uid precondition);
+* nothing is written into a namespace being deleted, nor into an object being deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from eventop.engine.controller import Controller
+from eventop.engine.desired import Child, Conflict, Desired
+from eventop.engine.reads import Reads
+from eventop.kube.objects import owner_reference
+
+Obj = dict[str, Any]
+Verb = Literal["create", "apply", "replace", "recreate", "delete"]
+
+#: Marks a child that is not owned (``Child(owned=False)``) as this parent's (by uid).
+PARENT_UID_LABEL = "eventop.dev/parent-uid"
+_NOT_CONTENT = frozenset({"apiVersion", "kind", "metadata", "status"})
+
+
+@dataclass
+class Action:
+    """One write: ``desired`` is the body to send, ``existing`` what the cache holds."""
+
+    verb: Verb
+    kind: str
+    namespace: str
+    name: str
+    desired: Obj | None = None
+    existing: Obj | None = None
+    child: Child | None = None
+
+
+@dataclass
+class Plan:
+    actions: list[Action] = field(default_factory=list)
+    unchanged: list[Obj] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    skipped: list[Obj] = field(default_factory=list)
+
+
+def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
+         terminating: Callable[[str], bool] = lambda _ns: False,
+         prune: bool = True) -> Plan:
+    """The writes that make the cluster hold ``desired``'s children for ``parent``."""
+    result = Plan()
+    uid = str(parent["metadata"]["uid"])
+    wanted: set[tuple[str, str, str, str]] = set()
+    for child in desired.child_list():
+        body = prepare(child, parent)
+        meta = body["metadata"]
+        api_version, kind = body["apiVersion"], body["kind"]
+        ns, name = meta.get("namespace") or "", meta["name"]
+        slot = (api_version, kind, ns, name)
+        if slot in wanted:
+            raise ValueError(f"{ctl.name}: two desired children are {kind} {ns}/{name}")
+        wanted.add(slot)
+        if not any(k.key == (api_version, kind) for k in ctl.owns):
+            raise ValueError(f"handler {ctl.name!r} wants a child of kind {api_version}/{kind}, "
+                             f"which it does not declare: add it to owns=[...]")
+        existing = reads.get((api_version, kind), name, ns or None)
+        if existing is None:
+            if ns and terminating(ns):
+                result.skipped.append(body)
+            else:
+                result.actions.append(Action("create", kind, ns, name, body, None, child))
+            continue
+        if (existing.get("metadata") or {}).get("deletionTimestamp"):
+            result.skipped.append(body)  # created again once it is gone
+            continue
+        if not is_ours(existing, uid):
+            if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
+                verb: Verb = "replace" if child.mode == "replace" else "apply"
+                result.actions.append(Action(verb, kind, ns, name, body, existing, child))
+            else:
+                result.conflicts.append(Conflict(kind, ns, name, "exists and is not managed "
+                                                 f"by {parent['kind']} {_name(parent)}"))
+            continue
+        if child.mode == "create" or in_sync(child, existing, body):
+            result.unchanged.append(existing)
+        elif child.recreate:
+            result.actions.append(Action("recreate", kind, ns, name, body, existing, child))
+        else:
+            result.actions.append(Action(child.mode, kind, ns, name, body, existing, child))
+    if prune and desired.prune:
+        for k in ctl.owns:
+            for obj in reads.list(k, owner=uid):
+                meta = obj["metadata"]
+                ns = meta.get("namespace") or ""
+                if ((k.api_version, k.kind, ns, meta["name"]) in wanted
+                        or meta.get("deletionTimestamp") or (ns and terminating(ns))):
+                    continue
+                result.actions.append(Action("delete", k.kind, ns, meta["name"], None, obj))
+    for obj in desired.delete:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or ""
+        current = reads.get((obj["apiVersion"], obj["kind"]), meta["name"], ns or None)
+        if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        if not is_ours(current, uid):
+            result.conflicts.append(Conflict(obj["kind"], ns, meta["name"],
+                                             "not deleted: not managed by this parent"))
+            continue
+        result.actions.append(Action("delete", obj["kind"], ns, meta["name"], None, current))
+    return result
+
+
+def prepare(child: Child, parent: Obj) -> Obj:
+    """The body to write: the child with its ownerReference (or parent-uid label) added."""
+    obj = dict(child.obj)
+    meta = dict(obj["metadata"])
+    uid = str(parent["metadata"]["uid"])
+    if child.owned:
+        refs = list(meta.get("ownerReferences") or [])
+        if not any(r.get("uid") == uid for r in refs):
+            refs.append(owner_reference(parent))
+        meta["ownerReferences"] = refs
+    else:
+        meta["labels"] = {**(meta.get("labels") or {}), PARENT_UID_LABEL: uid}
+    obj["metadata"] = meta
+    return obj
+
+
+def is_ours(obj: Obj, parent_uid: str) -> bool:
+    """Owned by the parent (any ownerReference to its uid), or labelled as its child."""
+    meta = obj.get("metadata") or {}
+    if any(r.get("uid") == parent_uid for r in meta.get("ownerReferences") or ()):
+        return True
+    return (meta.get("labels") or {}).get(PARENT_UID_LABEL) == parent_uid
+
+
+def in_sync(child: Child, existing: Obj, desired: Obj) -> bool:
+    """Is ``existing`` already as ``desired``? (``child.matches`` decides, if given.)"""
+    if child.matches is not None:
+        return bool(child.matches(existing, desired))
+    if not metadata_contains(existing.get("metadata") or {}, desired["metadata"]):
+        return False
+    if child.mode == "replace":
+        keys = (set(existing) | set(desired)) - _NOT_CONTENT
+        return all(existing.get(k) == desired.get(k) for k in keys)
+    return all(contains(existing.get(k), v) for k, v in desired.items() if k not in _NOT_CONTENT)
+
+
+def metadata_contains(have: Obj, want: Obj) -> bool:
+    """Labels and annotations of ``want`` present in ``have``, its owners and finalizers too."""
+    for key in ("labels", "annotations"):
+        mine = have.get(key) or {}
+        if any(mine.get(k) != v for k, v in (want.get(key) or {}).items()):
+            return False
+    owners = {r.get("uid") for r in have.get("ownerReferences") or ()}
+    if any(r.get("uid") not in owners for r in want.get("ownerReferences") or ()):
+        return False
+    return set(want.get("finalizers") or ()) <= set(have.get("finalizers") or ())
+
+
+def contains(have: Any, want: Any) -> bool:
+    """Server-side apply's view of "already set": every field of ``want`` has its value in
+    ``have`` (fields the server or other managers added are ignored); lists item by item."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(contains(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return (isinstance(have, list) and len(have) == len(want)
+                and all(contains(h, w) for h, w in zip(have, want, strict=True)))
+    return bool(have == want)
+
+
+def replacement(existing: Obj, desired: Obj) -> Obj:
+    """The PUT body for ``"replace"``: exactly the desired content; the existing metadata
+    (resourceVersion precondition, others' labels, annotations, owners, finalizers) kept,
+    ours merged in."""
+    body = {k: v for k, v in desired.items() if k != "metadata"}
+    old, new = existing.get("metadata") or {}, desired["metadata"]
+    meta = {k: v for k, v in old.items() if k != "managedFields"}
+    for key in ("labels", "annotations"):
+        merged = {**(old.get(key) or {}), **(new.get(key) or {})}
+        if merged:
+            meta[key] = merged
+    refs = list(old.get("ownerReferences") or [])
+    known = {r.get("uid") for r in refs}
+    refs += [r for r in new.get("ownerReferences") or () if r.get("uid") not in known]
+    if refs:
+        meta["ownerReferences"] = refs
+    body["metadata"] = meta
+    return body
+
+
+def _name(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])

@@ -1,0 +1,110 @@
+"""One run of a controller for one parent: call the pure function, write the differences,
+then status, Events and the finalizer.
+
+Order matters: the finalizer is added before any child is written (so no child exists that
+a deletion could leave behind unfinalized), status is written after the children (so it
+counts what is really in place), and Events only with a status change (so a parent stuck in
+one state does not post an Event per event).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventop.engine.controller import Controller
+from eventop.engine.desired import Desired, Note, Outcome
+from eventop.engine.kinds import Key
+from eventop.engine.plan import plan
+from eventop.engine.reads import Reads
+from eventop.engine.write import Writer, execute
+from eventop.kube.objects import status_changed
+
+log = logging.getLogger("eventop.engine")
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class RunResult:
+    """What a run did, for the event's answer, the log line and the queue."""
+
+    key: Key
+    summary: str
+    outcome: Outcome | None = None
+    requeue_after: float | None = None
+    status_written: bool = False
+    #: Some write lost a race: run again soon (with backoff), whatever the events say.
+    retry: bool = False
+    notes: list[Note] = field(default_factory=list)
+
+
+def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Writer, *,
+        submit: Callable[..., Any] | None = None,
+        terminating: Callable[[str], bool] = lambda _ns: False,
+        seen_conflicts: dict[str, set[str]] | None = None) -> RunResult:
+    """Converge one parent. Exceptions (the handler's, an unavailable API server) propagate:
+    the caller answers the events 5xx and retries with backoff."""
+    if parent is None:
+        return RunResult(key, f"{ctl.parent.kind} {key} is gone; its owned children go with "
+                              "it (garbage collection)")
+    meta = parent["metadata"]
+    finalizer = ctl.finalizer
+    finalizers = meta.get("finalizers") or []
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting and not (finalizer and finalizer in finalizers):
+        return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
+    if deleting:
+        assert ctl.finalize_fn is not None
+        desired = _call(ctl, ctl.finalize_fn, parent, reads)
+    else:
+        if finalizer and finalizer not in finalizers:
+            parent = writer.set_finalizer(parent, finalizer, True)
+            reads.parent = parent
+        assert ctl.reconcile_fn is not None
+        desired = _call(ctl, ctl.reconcile_fn, parent, reads)
+    the_plan = plan(ctl, parent, desired, reads, terminating=terminating, prune=not deleting)
+    uid = str(parent["metadata"]["uid"])
+    outcome = execute(the_plan, writer, uid, submit=submit)
+    result = RunResult(key, desired.summary or outcome.summary(), outcome,
+                       desired.requeue_after, retry=outcome.retry)
+    status = desired.status_for(outcome)
+    if status is not None and status_changed(parent.get("status") or {}, status):
+        parent = writer.patch_status(parent, status)
+        result.status_written = True
+    if result.status_written or status is None:
+        result.notes = desired.notes_for(outcome)
+    if ctl.conflict_events and seen_conflicts is not None:
+        result.notes += _new_conflicts(ctl, parent, outcome, seen_conflicts.setdefault(uid, set()))
+    for note in result.notes:
+        writer.post_event(parent, note)
+    if deleting and desired.done and not outcome.errors:
+        writer.set_finalizer(parent, finalizer or "", False)
+        result.summary += "; cleanup done, finalizer removed"
+    return result
+
+
+def _call(ctl: Controller, fn: Callable[[Obj, Reads], Desired], parent: Obj,
+          reads: Reads) -> Desired:
+    desired = fn(parent, reads)
+    if not isinstance(desired, Desired):
+        raise TypeError(f"handler {ctl.name!r}: {fn.__qualname__} returned "
+                        f"{type(desired).__name__}, not Desired")
+    return desired
+
+
+def _new_conflicts(ctl: Controller, parent: Obj, outcome: Outcome, seen: set[str]) -> list[Note]:
+    """A Warning Event per conflict this process has not reported for this parent yet."""
+    notes = []
+    current = {f"{c.kind} {c}" for c in outcome.conflicts}
+    for conflict in outcome.conflicts:
+        label = f"{conflict.kind} {conflict}"
+        if label not in seen:
+            notes.append(Note("Warning", "ChildConflict",
+                              f"{label} {conflict.reason}: left unchanged. Delete or rename it "
+                              f"to let {ctl.name} create its own."))
+    seen.intersection_update(current)
+    seen.update(current)
+    return notes

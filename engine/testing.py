@@ -1,0 +1,240 @@
+"""Test a controller without any server: an in-memory world of objects that answers the
+engine's reads and writes the way the API server would (uids, resourceVersions, 409 on a
+taken name, resourceVersion preconditions, finalizers, garbage collection of owned
+children), running the same planning and writing code as the router::
+
+    from eventop.engine.testing import World
+
+    def test_a_team_gets_its_configmap():
+        world = World([team("a"), namespace("team-a")])
+        world.converge(labels)                      # runs until nothing changes
+        assert world.get("v1/ConfigMap", "team", "team-a")["data"] == {...}
+        assert world.writes == [("create", "ConfigMap", "team-a", "team")]
+
+Server-side apply is approximated by merging the applied fields into the object (no field
+ownership between managers); everything else behaves as on a real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from eventop.engine.controller import Controller
+from eventop.engine.desired import Note
+from eventop.engine.kinds import Key, Kind
+from eventop.engine.reads import Reads
+from eventop.engine.run import RunResult, run
+from eventop.kube import errors
+from eventop.kube.store import Store
+
+Obj = dict[str, Any]
+KindSpec = str | Kind | tuple[str, str]
+
+
+class World:
+    """Objects by kind, plus the log of what the engine wrote and posted."""
+
+    def __init__(self, objects: Iterable[Obj] = ()) -> None:
+        self._stores: dict[tuple[str, str], Store] = {}
+        self._rv = itertools.count(1)
+        #: Every write the engine made: (verb, kind, namespace, name).
+        self.writes: list[tuple[str, str, str, str]] = []
+        #: Every Kubernetes Event posted: (parent name, Note).
+        self.events: list[tuple[str, Note]] = []
+        self._seen_conflicts: dict[str, set[str]] = {}
+        for obj in objects:
+            self.put(obj)
+
+    # -- the outside world -------------------------------------------------------------
+
+    def put(self, obj: Obj) -> Obj:
+        """Create or change an object as a user would (uid and resourceVersion filled in)."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        current = self.get((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
+        meta.setdefault("uid", current["metadata"]["uid"] if current else str(uuid.uuid4()))
+        meta.setdefault("generation", 1)
+        meta.setdefault("creationTimestamp", _now())
+        return self._store_obj(obj)
+
+    def delete(self, kind: KindSpec, name: str, namespace: str | None = None) -> None:
+        """Delete as the API server does: with finalizers, only mark it; owned children go
+        with their owner (garbage collection)."""
+        current = self.get(kind, name, namespace)
+        if current is None:
+            return
+        if current["metadata"].get("finalizers"):
+            if not current["metadata"].get("deletionTimestamp"):
+                marked = copy.deepcopy(current)
+                marked["metadata"]["deletionTimestamp"] = _now()
+                self._store_obj(marked)
+            return
+        self._store(current["apiVersion"], current["kind"]).forget_deleted(current)
+        uid = current["metadata"]["uid"]
+        for store in list(self._stores.values()):
+            for child in store.list(owner=uid):
+                self.delete((child["apiVersion"], child["kind"]), child["metadata"]["name"],
+                            child["metadata"].get("namespace"))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get(self, kind: KindSpec, name: str, namespace: str | None = None) -> Obj | None:
+        k = Kind.of(kind)
+        store = self._stores.get(k.key)
+        return store.get(namespace, name) if store else None
+
+    def list(self, kind: KindSpec, namespace: str | None = None, **filters: Any) -> list[Obj]:
+        k = Kind.of(kind)
+        store = self._stores.get(k.key)
+        return store.list(namespace, **filters) if store else []
+
+    # -- running a controller ----------------------------------------------------------
+
+    def reconcile(self, ctl: Controller, name: str, namespace: str | None = None) -> RunResult:
+        """One run for one parent, exactly as the router would make it."""
+        ctl.check()
+        key = Key(namespace or "", name)
+        parent = self.get(ctl.parent, name, namespace)
+        reads = Reads(self._lookup, ctl.kinds(), ctl.name, parent)
+        return run(ctl, key, parent, reads, _WorldWriter(self, ctl.field_manager),
+                   terminating=self._terminating, seen_conflicts=self._seen_conflicts)
+
+    def converge(self, ctl: Controller, max_rounds: int = 10) -> list[RunResult]:
+        """Run every parent until a round writes nothing; fails if it never settles (two
+        writes fighting each other, a status that changes on every run)."""
+        results: list[RunResult] = []
+        for _ in range(max_rounds):
+            before = len(self.writes)
+            for parent in self.list(ctl.parent):
+                meta = parent["metadata"]
+                results.append(self.reconcile(ctl, meta["name"], meta.get("namespace")))
+            if len(self.writes) == before:
+                return results
+        raise AssertionError(f"{ctl.name} did not converge in {max_rounds} rounds; last "
+                             f"writes: {self.writes[-10:]}")
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _lookup(self, api_version: str, kind: str) -> Store:
+        return self._store(api_version, kind)
+
+    def _store(self, api_version: str, kind: str) -> Store:
+        store = self._stores.get((api_version, kind))
+        if store is None:
+            store = self._stores[(api_version, kind)] = Store(api_version, kind)
+        return store
+
+    def _store_obj(self, obj: Obj) -> Obj:
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._store(obj["apiVersion"], obj["kind"]).put(obj)
+        return copy.deepcopy(obj)
+
+    def _terminating(self, namespace: str) -> bool:
+        ns = self.get("v1/Namespace", namespace)
+        return bool(ns and (ns["metadata"].get("deletionTimestamp")
+                            or (ns.get("status") or {}).get("phase") == "Terminating"))
+
+
+class _WorldWriter:
+    """The engine's :class:`~eventop.engine.write.Writer` over a :class:`World`."""
+
+    def __init__(self, world: World, manager: str) -> None:
+        self.world = world
+        self.manager = manager
+
+    def _log(self, verb: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.world.writes.append((verb, obj["kind"], meta.get("namespace") or "", meta["name"]))
+
+    def _current(self, obj: Obj) -> Obj | None:
+        meta = obj["metadata"]
+        return self.world.get((obj["apiVersion"], obj["kind"]), meta["name"],
+                              meta.get("namespace"))
+
+    def create(self, obj: Obj) -> Obj:
+        if self._current(obj) is not None:
+            raise errors.Conflict(f"{obj['kind']} {obj['metadata']['name']} already exists",
+                                  reason="AlreadyExists")
+        ns = obj["metadata"].get("namespace")
+        if ns and self.world._terminating(ns):
+            raise errors.Forbidden(f"namespace {ns} is being terminated", reason="Forbidden")
+        self._log("create", obj)
+        body = copy.deepcopy(obj)
+        body["metadata"].pop("resourceVersion", None)
+        body["metadata"]["uid"] = str(uuid.uuid4())
+        return self.world.put(body)
+
+    def apply(self, obj: Obj, *, force: bool) -> Obj:
+        current = self._current(obj)
+        self._log("apply", obj)
+        if current is None:
+            return self.world.put(obj)
+        return self.world._store_obj(_merge(copy.deepcopy(current), copy.deepcopy(obj)))
+
+    def replace(self, obj: Obj) -> Obj:
+        current = self._current(obj)
+        if current is None:
+            raise errors.NotFound(f"{obj['kind']} {obj['metadata']['name']} not found")
+        if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict("the object has been modified", reason="Conflict")
+        self._log("replace", obj)
+        return self.world._store_obj(copy.deepcopy(obj))
+
+    def delete(self, obj: Obj) -> None:
+        current = self._current(obj)
+        if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
+            return
+        self._log("delete", obj)
+        meta = obj["metadata"]
+        self.world.delete((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
+
+    def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None:
+        found = self.world.get((api_version, kind), name, namespace)
+        return copy.deepcopy(found) if found else None
+
+    def patch_status(self, parent: Obj, status: Obj) -> Obj:
+        current = self._current(parent)
+        if current is None:
+            return parent
+        self._log("status", parent)
+        body = copy.deepcopy(current)
+        body["status"] = {**(body.get("status") or {}), **copy.deepcopy(status)}
+        return self.world._store_obj(body)
+
+    def set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj:
+        current = self._current(parent)
+        if current is None:
+            return parent
+        self._log("finalizer" if present else "unfinalize", parent)
+        body = copy.deepcopy(current)
+        have = [f for f in body["metadata"].get("finalizers") or [] if f != finalizer]
+        body["metadata"]["finalizers"] = [*have, finalizer] if present else have
+        stored = self.world._store_obj(body)
+        if not present and not have and body["metadata"].get("deletionTimestamp"):
+            self.world.delete((body["apiVersion"], body["kind"]), body["metadata"]["name"],
+                              body["metadata"].get("namespace"))
+        return stored
+
+    def post_event(self, parent: Obj, note: Note) -> None:
+        self.world.events.append((parent["metadata"]["name"], note))
+
+
+def _merge(base: Obj, patch: Obj) -> Obj:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+__all__ = ["World"]

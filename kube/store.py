@@ -1,0 +1,245 @@
+"""An in-memory, indexed set of objects of one kind: what an informer holds.
+
+Filled by a list+watch (:mod:`eventop.kube.informer`), or directly by tests and the handler
+test kit. Reads are by namespace/name, by namespace, by name across namespaces (which
+finds an object of ours *and* someone else's of the same name in one lookup) and by
+controlling owner uid (a parent's children), so that no read a handler makes is a scan of
+everything unless it asks for everything.
+
+Objects are stored as given and handed out as they are, never copied: readers must treat
+them as read-only (copying 10,000 objects on every read would cost more than the API
+request the cache saves). ``managedFields`` is dropped on the way in: nothing here reads it
+and it is often the largest part of an object.
+
+resourceVersions are opaque strings to Kubernetes clients, but on every real API server
+they are etcd revisions, integers that grow with every write. Comparisons that need an
+order (:meth:`Store.put_if_newer`, :func:`rv_at_least`) use integers when both sides are,
+and otherwise decline to decide (the caller then falls back to waiting for the watch).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from eventop.kube.objects import selector_matches
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace or "", name)
+
+
+def rv_int(rv: Any) -> int | None:
+    """A resourceVersion as an integer, or None if it is not one."""
+    if isinstance(rv, int):
+        return rv
+    if isinstance(rv, str) and rv.isdigit():
+        return int(rv)
+    return None
+
+
+def rv_at_least(have: Any, want: Any) -> bool | None:
+    """Is resourceVersion ``have`` at or after ``want``? None when they can not be ordered."""
+    h, w = rv_int(have), rv_int(want)
+    if h is None or w is None:
+        return None
+    return h >= w
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", str(meta.get("name")))
+
+
+def controller_uid(obj: Obj) -> str | None:
+    """The uid of the object's controlling owner (the ownerReference with controller=true)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def slim(obj: Obj) -> Obj:
+    """The object without ``metadata.managedFields`` (a shallow copy if it had any)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        obj = {**obj, "metadata": meta}
+    return obj
+
+
+class Store:
+    """Objects of one kind by (namespace, name), with indexes; thread-safe."""
+
+    def __init__(self, api_version: str, kind: str, *, namespaced: bool = True) -> None:
+        self.api_version = api_version
+        self.kind = kind
+        self.namespaced = namespaced
+        self._lock = threading.Lock()
+        self._objects: dict[Key, Obj] = {}
+        self._by_namespace: dict[str, dict[str, Obj]] = {}
+        self._by_name: dict[str, set[str]] = {}
+        self._by_owner: dict[str, set[Key]] = {}
+        self._gone: dict[str, int] = {}  # uid -> resourceVersion of a delete we made
+        #: The resourceVersion the store reflects: of its last list, event or bookmark.
+        self.resource_version = ""
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get(self, namespace: str | None, name: str) -> Obj | None:
+        return self._objects.get((namespace or "", name))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def list(self, namespace: str | None = None, *, name: str | None = None,
+             owner: str | None = None, labels: dict[str, str] | None = None,
+             selector: Obj | None = None) -> list[Obj]:
+        """Objects matching every given filter: namespace, name, controlling owner uid,
+        labels (equality) and a metav1.LabelSelector. Sorted by namespace and name."""
+        with self._lock:
+            if owner is not None:
+                found = [self._objects[k] for k in self._by_owner.get(owner, ())]
+                if namespace is not None:
+                    found = [o for o in found if key_of(o)[0] == namespace]
+                if name is not None:
+                    found = [o for o in found if key_of(o)[1] == name]
+            elif name is not None:
+                namespaces = self._by_name.get(name, set())
+                if namespace is not None:
+                    namespaces = namespaces & {namespace}
+                found = [self._by_namespace[ns][name] for ns in namespaces]
+            elif namespace is not None:
+                found = list(self._by_namespace.get(namespace or "", {}).values())
+            else:
+                found = list(self._objects.values())
+        if labels:
+            found = [o for o in found if _has_labels(o, labels)]
+        if selector:
+            found = [o for o in found
+                     if selector_matches(selector, (o.get("metadata") or {}).get("labels"))]
+        found.sort(key=key_of)
+        return found
+
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._objects.values())
+
+    # -- writes ----------------------------------------------------------------------
+
+    def put(self, obj: Obj) -> None:
+        """Store ``obj`` (from a watch or a list: the server's order is the truth)."""
+        obj = slim(obj)
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        with self._lock:
+            if uid in self._gone:
+                gone_rv, rv = self._gone[uid], rv_int(_rv(obj))
+                if rv is not None and rv <= gone_rv:
+                    return  # an event older than our own delete of it
+            self._put(obj)
+
+    def put_if_newer(self, obj: Obj) -> bool:
+        """Store ``obj`` (the answer to our own write) unless the store already holds that
+        object at the same or a later resourceVersion, or the two can not be ordered."""
+        obj = slim(obj)
+        with self._lock:
+            current = self._objects.get(key_of(obj))
+            if current is not None:
+                newer = rv_at_least(_rv(obj), _rv(current))
+                if not newer or _rv(obj) == _rv(current):
+                    return False
+            elif rv_int(_rv(obj)) is None:
+                return False
+            self._put(obj)
+            return True
+
+    def remove(self, obj: Obj) -> None:
+        """Forget ``obj`` (a DELETED event: its key, if it is still that uid)."""
+        key = key_of(obj)
+        uid = (obj.get("metadata") or {}).get("uid")
+        with self._lock:
+            current = self._objects.get(key)
+            if current is not None and (uid is None or _uid(current) == uid):
+                self._drop(key, current)
+            if uid:
+                self._gone.pop(str(uid), None)
+
+    def forget_deleted(self, obj: Obj) -> None:
+        """Our own delete of ``obj`` succeeded: drop it now and ignore watch events of that
+        uid up to its resourceVersion (they are older than the delete)."""
+        key, uid, rv = key_of(obj), str(_uid(obj)), rv_int(_rv(obj))
+        with self._lock:
+            current = self._objects.get(key)
+            if current is not None and _uid(current) == uid:
+                self._drop(key, current)
+            if rv is not None:
+                self._gone[uid] = rv
+
+    def replace_all(self, objs: Iterable[Obj], resource_version: str) -> None:
+        """The result of a (re)list: exactly these objects, at this resourceVersion."""
+        fresh = [slim(o) for o in objs]
+        with self._lock:
+            self._objects.clear()
+            self._by_namespace.clear()
+            self._by_name.clear()
+            self._by_owner.clear()
+            self._gone.clear()
+            for obj in fresh:
+                self._put(obj)
+            self.resource_version = resource_version
+
+    # -- internals -------------------------------------------------------------------
+
+    def _put(self, obj: Obj) -> None:
+        key = key_of(obj)
+        previous = self._objects.get(key)
+        if previous is not None:
+            self._drop(key, previous)
+        ns, name = key
+        self._objects[key] = obj
+        self._by_namespace.setdefault(ns, {})[name] = obj
+        self._by_name.setdefault(name, set()).add(ns)
+        owner = controller_uid(obj)
+        if owner:
+            self._by_owner.setdefault(owner, set()).add(key)
+
+    def _drop(self, key: Key, obj: Obj) -> None:
+        ns, name = key
+        del self._objects[key]
+        _discard(self._by_namespace, ns, name)
+        names = self._by_name.get(name)
+        if names is not None:
+            names.discard(ns)
+            if not names:
+                del self._by_name[name]
+        owner = controller_uid(obj)
+        if owner:
+            keys = self._by_owner.get(owner)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_owner[owner]
+
+
+def _discard(index: dict[str, dict[str, Obj]], outer: str, inner: str) -> None:
+    entries = index.get(outer)
+    if entries is not None:
+        entries.pop(inner, None)
+        if not entries:
+            del index[outer]
+
+
+def _rv(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _uid(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("uid")
+
+
+def _has_labels(obj: Obj, wanted: dict[str, str]) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in wanted.items())
+
+
+StoreLookup = Callable[[str, str], "Store | None"]

@@ -1,0 +1,222 @@
+"""The engine's contract, run against the in-memory World (no server): what a controller's
+pure function returns becomes the right writes, and nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventop.engine import Child, Controller, Desired, Key, Note, UndeclaredKind
+from eventop.engine.plan import PARENT_UID_LABEL
+from eventop.engine.testing import World
+from eventop.handlers import Registry
+
+Obj = dict[str, Any]
+TEAM = "example.com/v1/Team"
+
+
+def team(name: str, members: list[str], namespace: str = "teams") -> Obj:
+    return {"apiVersion": "example.com/v1", "kind": "Team",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"members": members}}
+
+
+def roster(t: Obj, **extra: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{t['metadata']['name']}-roster",
+                         "namespace": t["metadata"]["namespace"]},
+            "data": {"members": ",".join(t["spec"]["members"])}, **extra}
+
+
+def teams_controller(**options: Any) -> Controller:
+    ctl = Controller("teams", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry(),
+                     **options)
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        members = t["spec"]["members"]
+        return Desired(
+            children=[Child(roster(t), mode="replace")] if members else [],
+            status=lambda outcome: {"members": len(members),
+                                    "conflicts": [str(c) for c in outcome.conflicts]},
+            events=[Note("Normal", "Roster", f"{len(members)} members")])
+    return ctl
+
+
+def test_missing_child_is_created_owned_by_its_parent_and_then_left_alone() -> None:
+    world = World([team("a", ["ann", "bob"])])
+    ctl = teams_controller()
+    world.converge(ctl)
+    cm = world.get("v1/ConfigMap", "a-roster", "teams")
+    assert cm["data"] == {"members": "ann,bob"}
+    (ref,) = cm["metadata"]["ownerReferences"]
+    assert ref["uid"] == world.get(TEAM, "a", "teams")["metadata"]["uid"] and ref["controller"]
+    assert world.writes == [("create", "ConfigMap", "teams", "a-roster"),
+                            ("status", "Team", "teams", "a")]
+    assert world.get(TEAM, "a", "teams")["status"] == {"members": 2, "conflicts": []}
+    world.reconcile(ctl, "a", "teams")
+    assert len(world.writes) == 2, "a converged parent costs no write"
+
+
+def test_events_are_posted_only_by_runs_that_change_the_status() -> None:
+    world = World([team("a", ["ann"])])
+    ctl = teams_controller()
+    world.converge(ctl)
+    world.reconcile(ctl, "a", "teams")
+    assert [n.reason for _, n in world.events] == ["Roster"]
+    world.put(team("a", ["ann", "bob"]))
+    world.reconcile(ctl, "a", "teams")
+    assert [n.reason for _, n in world.events] == ["Roster", "Roster"]
+
+
+def test_replace_mode_removes_a_key_added_by_hand() -> None:
+    world = World([team("a", ["ann"])])
+    ctl = teams_controller()
+    world.converge(ctl)
+    edited = world.get("v1/ConfigMap", "a-roster", "teams")
+    world.put({**edited, "data": {"members": "ann", "extra": "by hand"}})
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"members": "ann"}
+    assert world.writes[-1] == ("replace", "ConfigMap", "teams", "a-roster")
+
+
+def test_object_someone_else_owns_is_a_conflict_never_written() -> None:
+    t = team("a", ["ann"])
+    theirs = roster(t, data={"members": "theirs"})
+    world = World([t, theirs])
+    ctl = teams_controller()
+    world.converge(ctl)
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"members": "theirs"}
+    assert world.get(TEAM, "a", "teams")["status"]["conflicts"] == ["teams/a-roster"]
+    warnings = [n for _, n in world.events if n.type == "Warning"]
+    assert len(warnings) == 1 and "ConfigMap teams/a-roster" in warnings[0].message
+    assert not [w for w in world.writes if w[1] == "ConfigMap"]
+
+
+def test_adopts_decides_whether_a_foreign_object_is_taken_over() -> None:
+    t = team("a", ["ann"])
+    world = World([t, roster(t, data={"members": "old"},
+                             metadata={"name": "a-roster", "namespace": "teams",
+                                       "labels": {"team": "a"}})])
+    ctl = teams_controller()
+    ctl.adopts(lambda parent, obj: obj["metadata"].get("labels", {}).get("team") == "a")
+    world.converge(ctl)
+    cm = world.get("v1/ConfigMap", "a-roster", "teams")
+    assert cm["data"] == {"members": "ann"} and cm["metadata"]["labels"] == {"team": "a"}
+    assert cm["metadata"]["ownerReferences"][0]["name"] == "a"
+
+
+def test_owned_child_no_longer_desired_is_deleted() -> None:
+    world = World([team("a", ["ann"])])
+    ctl = teams_controller()
+    world.converge(ctl)
+    world.put(team("a", []))
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is None
+    assert ("delete", "ConfigMap", "teams", "a-roster") in world.writes
+
+
+def test_nothing_is_created_in_a_terminating_namespace() -> None:
+    world = World([team("a", ["ann"]),
+                   {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "teams", "deletionTimestamp": "2026-01-01T00:00:00Z"}}])
+    world.converge(teams_controller())
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is None
+
+
+def test_create_mode_child_is_made_once_and_never_updated() -> None:
+    ctl = Controller("pw", parent=TEAM, owns=["v1/Secret"], registry=Registry())
+    calls = []
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        calls.append(1)
+        return Desired([Child({"apiVersion": "v1", "kind": "Secret",
+                               "metadata": {"name": "pw", "namespace": "teams"},
+                               "stringData": {"password": f"generated-{len(calls)}"}},
+                              mode="create")])
+    world = World([team("a", ["ann"])])
+    world.converge(ctl)
+    world.converge(ctl)
+    assert world.get("v1/Secret", "pw", "teams")["stringData"] == {"password": "generated-1"}
+    assert [w[0] for w in world.writes] == ["create"]
+
+
+def test_finalizer_holds_the_parent_until_finalize_says_done() -> None:
+    ctl = Controller("backups", parent=TEAM, owns=["batch/v1/Job", "v1/ConfigMap"],
+                     registry=Registry())
+    done = {"now": False}
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        return Desired([roster(t)])
+
+    @ctl.finalize
+    def cleanup(t: Obj, reads: Any) -> Desired:
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "final-backup", "namespace": "teams"}, "spec": {}}
+        return Desired([Child(job, mode="create", owned=False)], done=done["now"],
+                       requeue_after=None if done["now"] else 5.0)
+
+    world = World([team("a", ["ann"])])
+    world.converge(ctl)
+    assert world.get(TEAM, "a", "teams")["metadata"]["finalizers"] == ["eventop.dev/backups"]
+    world.delete(TEAM, "a", "teams")
+    result = world.reconcile(ctl, "a", "teams")
+    assert result.requeue_after == 5.0
+    job = world.get("batch/v1/Job", "final-backup", "teams")
+    assert job["metadata"]["labels"][PARENT_UID_LABEL] and "ownerReferences" not in job["metadata"]
+    assert world.get(TEAM, "a", "teams") is not None, "kept until finalize says done"
+    done["now"] = True
+    world.reconcile(ctl, "a", "teams")
+    assert world.get(TEAM, "a", "teams") is None
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is None, "owned: collected"
+    assert world.get("batch/v1/Job", "final-backup", "teams") is not None, "not owned: kept"
+
+
+def test_reading_a_kind_not_declared_names_it_and_how_to_declare_it() -> None:
+    ctl = Controller("nosy", parent=TEAM, registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        reads.list("v1/Pod")
+        return Desired()
+    with pytest.raises(UndeclaredKind, match=r"'nosy' read v1/Pod, which it did not declare: "
+                                             r"add 'v1/Pod' to its reads"):
+        World([team("a", [])]).reconcile(ctl, "a", "teams")
+
+
+def test_a_child_of_an_undeclared_kind_is_refused() -> None:
+    ctl = Controller("sloppy", parent=TEAM, registry=Registry())
+    ctl.reconcile(lambda t, reads: Desired([roster(t)]))
+    with pytest.raises(ValueError, match="v1/ConfigMap, which it does not declare"):
+        World([team("a", ["ann"])]).reconcile(ctl, "a", "teams")
+
+
+def test_changes_map_to_parents_through_owners_and_mapping_functions() -> None:
+    ctl = teams_controller(reads=["v1/Namespace"])
+
+    @ctl.maps("v1/Namespace")
+    def teams_in(ns: Obj, reads: Any) -> list[Obj]:
+        return reads.list(TEAM, ns["metadata"]["name"])
+
+    world = World([team("a", ["ann"]), team("b", ["bob"])])
+    world.converge(ctl)
+    from eventop.engine.reads import Reads
+
+    reads = Reads(world._lookup, ctl.kinds(), ctl.name)
+    cm = world.get("v1/ConfigMap", "b-roster", "teams")
+    assert ctl.keys_for(cm, reads, parent_namespaced=True) == {Key("teams", "b")}
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "teams"}}
+    assert ctl.keys_for(ns, reads, parent_namespaced=True) == {Key("teams", "a"),
+                                                               Key("teams", "b")}
+    foreign = roster(team("c", []))
+    assert ctl.keys_for(foreign, reads, parent_namespaced=True) == set()
+
+
+def test_registry_refuses_two_controllers_of_one_name() -> None:
+    registry = Registry()
+    Controller("same", parent=TEAM, registry=registry)
+    with pytest.raises(ValueError, match="two controllers are named 'same'"):
+        Controller("same", parent=TEAM, registry=registry)

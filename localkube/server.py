@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from eventop.localkube import errors
+from eventop.localkube import errors, protobuf
 from eventop.localkube.errors import ApiError
 from eventop.localkube.metadata import partial, partial_list, wrong_shape
 from eventop.localkube.negotiate import PLAIN, View, view_for
@@ -159,6 +159,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _decode(self, raw: bytes, *, yaml_ok: bool = False) -> Any:
         ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if ctype == protobuf.CONTENT_TYPE:
+            return protobuf.decode_request(raw)
         try:
             if yaml_ok or ctype in ("application/yaml", "application/apply-patch+yaml"):
                 try:  # JSON is YAML, and parsed a hundred times faster

@@ -85,3 +85,44 @@ def test_get_short_names_and_all_namespaces(kubectl: Kubectl) -> None:
     out = lines(kubectl("get", "cm", "-A").stdout)
     assert out[0] == ["NAMESPACE", "NAME", "DATA", "AGE"]
     assert {row[0] for row in out[1:]} >= {"default", "kube-system"}
+
+
+def test_create_namespace_configmap_and_secret(kubectl: Kubectl, server: LocalKube,
+                                               tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"\x00\xff")
+    kubectl("create", "namespace", "team-a")
+    kubectl("create", "configmap", "settings", "-n", "team-a", "--from-literal=a=1",
+            f"--from-file=blob={tmp_path / 'blob'}")
+    kubectl("create", "secret", "generic", "creds", "-n", "team-a", "--from-literal=token=s3")
+    kubectl("create", "secret", "docker-registry", "pull", "-n", "team-a",
+            "--docker-server=r.example", "--docker-username=u", "--docker-password=p")
+    assert server.get("v1", "Namespace", "team-a")["status"] == {"phase": "Active"}
+    cm = server.get("v1", "ConfigMap", "settings", "team-a")
+    assert cm["data"] == {"a": "1"} and cm["binaryData"] == {"blob": "AP8="}
+    assert cm["metadata"]["managedFields"][0]["manager"] == "kubectl-create"
+    assert server.get("v1", "Secret", "creds", "team-a")["data"] == {"token": "czM="}
+    assert server.get("v1", "Secret", "pull", "team-a")["type"] == \
+        "kubernetes.io/dockerconfigjson"
+
+
+def test_create_serviceaccount_service_and_deployment(kubectl: Kubectl,
+                                                      server: LocalKube) -> None:
+    kubectl("create", "serviceaccount", "robot")
+    kubectl("create", "service", "clusterip", "web", "--tcp=80:8080")
+    kubectl("create", "deployment", "web", "--image=nginx:1.25", "--replicas=0", "--port=80")
+    assert server.get("v1", "ServiceAccount", "robot", "default") is not None
+    ports = server.get("v1", "Service", "web", "default")["spec"]["ports"]
+    assert ports == [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}]
+    spec = server.get("apps/v1", "Deployment", "web", "default")["spec"]
+    assert spec["replicas"] == 0
+    assert spec["template"]["spec"]["containers"] == [
+        {"name": "nginx", "image": "nginx:1.25", "ports": [{"containerPort": 80}],
+         "resources": {}}]
+
+
+def test_create_of_an_existing_name_is_the_real_already_exists(kubectl: Kubectl) -> None:
+    kubectl("create", "namespace", "team-a")
+    result = kubectl("create", "namespace", "team-a", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == \
+        'Error from server (AlreadyExists): namespaces "team-a" already exists'

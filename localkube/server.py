@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from eventop.localkube import errors, protobuf
+from eventop.localkube import errors, openapi, protobuf
 from eventop.localkube.errors import ApiError
 from eventop.localkube.metadata import partial, partial_list, wrong_shape
 from eventop.localkube.negotiate import PLAIN, View, view_for
@@ -109,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.server.owner
 
     def _serve(self, method: str) -> None:
+        self.warnings: list[str] = []
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
@@ -153,6 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8" if data == b"ok"
                          else "application/json")
+        for warning in getattr(self, "warnings", []):
+            self.send_header("Warning", '299 - "' + warning.replace('"', '\\"') + '"')
         self.send_header("Content-Length", str(len(data)))
         self._headers_buffer.append(b"\r\n" + data)  # headers and body in one write
         self.flush_headers()
@@ -212,11 +215,13 @@ class Handler(BaseHTTPRequestHandler):
             body = self._decode(raw)
             if not isinstance(body, dict):
                 raise errors.bad_request("the request body must be an object")
+            self.warnings = openapi.check_fields(res, body, query.get("fieldValidation"))
             return 201, _out(res, store.create(res, ns, body, manager=manager, dry_run=dry))
         if method == "PUT" and name:
             body = self._decode(raw)
             if not isinstance(body, dict):
                 raise errors.bad_request("the request body must be an object")
+            self.warnings = openapi.check_fields(res, body, query.get("fieldValidation"))
             return 200, _out(res, store.update(res, ns, name, body, manager=manager,
                                           subresource=sub, dry_run=dry))
         if method == "PATCH" and name:
@@ -225,6 +230,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.unsupported_media_type(ctype)
             ptype = PATCH_TYPES[ctype]
             body = self._decode(raw, yaml_ok=ptype == "apply")
+            if ptype != "json":  # a merge or apply patch has the shape of the object
+                self.warnings = openapi.check_fields(res, body,
+                                                     query.get("fieldValidation"))
             obj, created = store.patch(
                 res, ns, name, ptype, body, manager=query.get("fieldManager", "")
                 if ptype == "apply" else manager, subresource=sub,
@@ -242,6 +250,11 @@ class Handler(BaseHTTPRequestHandler):
             return b"ok"
         if parts == ["version"]:
             return VERSION
+        if parts[:2] == ["openapi", "v3"]:
+            return self._openapi(parts[2:])
+        if parts[:2] == ["openapi", "v2"]:
+            raise ApiError(404, "NotFound", "localkube serves OpenAPI v3 only (/openapi/v3), "
+                           "and validates fields itself (fieldValidation)", {})
         if parts == ["api"]:
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server.server_address[0]}]}
@@ -274,6 +287,18 @@ class Handler(BaseHTTPRequestHandler):
                     "resources": [e for r in sorted(resources, key=lambda r: r.plural)
                                   for e in r.discovery()]}
         return None
+
+    def _openapi(self, rest: list[str]) -> Obj:
+        with self.kube.store.lock:
+            served: dict[tuple[str, str], list[ResourceType]] = {}
+            for res in self.kube.store.table.all():
+                served.setdefault((res.group, res.version), []).append(res)
+        if not rest:
+            return openapi.index(served)
+        for (group, version), resources in served.items():
+            if rest == openapi.group_version_path(group, version).split("/"):
+                return openapi.document(resources)
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
     def _resolve(self, group: str, version: str,
                  rest: list[str]) -> tuple[ResourceType, str | None, str, str]:

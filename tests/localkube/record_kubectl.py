@@ -214,6 +214,9 @@ def main(kubeconfig: str, out: Path) -> None:
 
     urllib3.disable_warnings()
     api = Api(kubeconfig)
+    if "--openapi-only" in sys.argv:
+        record_openapi(api)
+        return
     subprocess.run([kubectl(), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
                    input=OBJECTS.encode(), check=True)
     time.sleep(3)  # let the controllers write status and events
@@ -287,7 +290,56 @@ def main(kubeconfig: str, out: Path) -> None:
         save(out, f"validation/exchangerate-{directive.lower()}.json",
              {"code": resp.status_code, "warning": resp.headers.get("Warning"),
               "body": resp.json()})
+    record_openapi(api)
     print(f"recorded into {out}")
+
+
+# Built-in kinds whose OpenAPI v3 schemas localkube serves (kubectl explain, field validation).
+OPENAPI_KINDS = {
+    "api/v1": ("", ["Namespace", "ConfigMap", "Secret", "Service", "PersistentVolumeClaim",
+                    "Event", "Pod", "ServiceAccount"]),
+    "apis/apps/v1": ("apps", ["StatefulSet", "DaemonSet", "Deployment"]),
+    "apis/coordination.k8s.io/v1": ("coordination.k8s.io", ["Lease"]),
+    "apis/apiextensions.k8s.io/v1": ("apiextensions.k8s.io", ["CustomResourceDefinition"]),
+}
+
+
+def record_openapi(api: Api) -> None:
+    """``localkube/openapi-v1.24.json.gz``: the real component schemas of the built-in kinds
+    localkube serves and of what a CRD's document refers to (ObjectMeta...), with every
+    schema they reference."""
+    import gzip
+
+    schemas: dict[str, Any] = {}
+    roots: list[str] = []
+    for path, (group, kinds) in OPENAPI_KINDS.items():
+        doc = api.get(f"/openapi/v3/{path}").json()
+        schemas.update(doc["components"]["schemas"])
+        roots += [name for name, schema in doc["components"]["schemas"].items()
+                  if any(g["group"] == group and g["kind"] in kinds
+                         for g in schema.get("x-kubernetes-group-version-kind", []))]
+    crd_doc = api.get("/openapi/v3/apis/eventop.dev/v1").json()["components"]["schemas"]
+    schemas.update(crd_doc)
+    roots += [name for name in crd_doc if not name.startswith("dev.eventop.")]
+    keep: dict[str, Any] = {}
+    while roots:
+        name = roots.pop()
+        if name not in keep:
+            keep[name] = schemas[name]
+            roots += _refs(schemas[name])
+    data = json.dumps(dict(sorted(keep.items())), separators=(",", ":"), sort_keys=True)
+    target = REPO / "localkube" / "openapi-v1.24.json.gz"
+    target.write_bytes(gzip.compress(data.encode(), mtime=0))
+
+
+def _refs(schema: Any) -> list[str]:
+    if isinstance(schema, dict):
+        found = [schema["$ref"].rsplit("/", 1)[-1]] if isinstance(schema.get("$ref"), str) \
+            else []
+        return found + [r for k, v in schema.items() if k != "$ref" for r in _refs(v)]
+    if isinstance(schema, list):
+        return [r for v in schema for r in _refs(v)]
+    return []
 
 
 if __name__ == "__main__":

@@ -126,3 +126,42 @@ def test_create_of_an_existing_name_is_the_real_already_exists(kubectl: Kubectl)
     assert result.returncode == 1
     assert result.stderr.strip() == \
         'Error from server (AlreadyExists): namespaces "team-a" already exists'
+
+
+TYPO = """apiVersion: eventop.dev/v1
+kind: ExchangeRate
+metadata: {name: typo, namespace: default}
+spec: {currency: USD, curency: GBP}
+"""
+
+
+def test_apply_validates_and_refuses_a_mistyped_field(kubectl: Kubectl,
+                                                      server: LocalKube) -> None:
+    kubectl("apply", "-f", "-", stdin=MIRROR)
+    assert server.get("eventop.dev/v1", "RegistryMirror", "docker-hub", "default") is not None
+    result = kubectl("apply", "-f", "-", stdin=TYPO, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        'Error from server (BadRequest): error when creating "STDIN": ExchangeRate in version '
+        '"v1" cannot be handled as a ExchangeRate: strict decoding error: unknown field '
+        '"spec.curency"')
+    assert server.get("eventop.dev/v1", "ExchangeRate", "typo", "default") is None
+
+
+def test_server_side_apply_and_built_in_kinds_are_validated_too(kubectl: Kubectl) -> None:
+    bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\ndatta: {}\n"
+    for args in (["apply"], ["apply", "--server-side"], ["create"]):
+        result = kubectl(*args, "-f", "-", stdin=bad, check=False)
+        assert 'strict decoding error: unknown field "datta"' in result.stderr, args
+    warned = kubectl("apply", "--validate=warn", "-f", "-", stdin=bad)
+    assert 'Warning: unknown field "datta"' in warned.stderr
+
+
+def test_explain_custom_and_built_in_kinds(kubectl: Kubectl) -> None:
+    out = kubectl("explain", "exchangerates.spec").stdout
+    assert "KIND:       ExchangeRate" in out and "currency\t<string> -required-" in out
+    assert "The currency to quote." in out
+    out = kubectl("explain", "mirror.spec.hostPort").stdout
+    assert "Port every node serves the mirror on" in out
+    out = kubectl("explain", "configmap.data").stdout
+    assert "FIELD: data <map[string]string>" in out and "Data contains" in out

@@ -13,6 +13,7 @@ MANAGED_BY = "eventop"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 #: A valid label value: at most 63 characters of this shape (the API server's rule).
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
@@ -46,6 +47,23 @@ def label_value(value: str, *, prefix_chars: int = 46, hash_chars: int = 16) -> 
     digest = hashlib.sha256(value.encode()).hexdigest()[:hash_chars]
     prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[:prefix_chars].strip("-_.")
     return f"{prefix}-{digest}" if prefix else digest
+
+
+def dns_label(value: str, max_len: int = 63, *, fallback: str = "x") -> str:
+    """``value`` as a DNS-1035 label (what Service names must be) of at most ``max_len``.
+
+    A value that already is one is kept. Any other (dots, upper case, a leading digit, too
+    long) becomes its cleaned prefix and a hash of the original, so ``a.b`` and ``a-b`` never
+    share a name; ``fallback`` starts it when nothing usable is left.
+    """
+    if len(value) <= max_len and _DNS1035.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:6]
+    cleaned = re.sub(r"[^a-z0-9-]", "-", value.lower()).strip("-")
+    if cleaned and not cleaned[0].isalpha():
+        cleaned = f"{fallback}-{cleaned}"
+    cleaned = cleaned[: max_len - 7].rstrip("-")
+    return f"{cleaned}-{digest}" if cleaned else f"{fallback}-{digest}"
 
 
 def standard_labels(name: str, instance: str, component: str) -> dict[str, str]:

@@ -153,7 +153,7 @@ def test_a_crd_created_through_the_api_is_served_and_validated(k: Kube, http: Ht
 def test_the_repository_crds_are_installed_at_start(k: Kube) -> None:
     names = {c["metadata"]["name"] for c in
              k.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")}
-    assert names == {"copyrules.eventop.dev", "exchangerates.eventop.dev",
+    assert names == {"copyrules.eventop.dev", "databases.eventop.dev", "exchangerates.eventop.dev",
                      "registrymirrors.eventop.dev"}
 
 

@@ -174,8 +174,8 @@ def test_discovery_lists_resources_and_their_status_subresources(http: Http) -> 
     assert "watch" in names["configmaps"]["verbs"]
     custom = http.call("GET", "/apis/eventop.dev/v1")[1]
     assert {r["name"] for r in custom["resources"]} == {
-        "copyrules", "copyrules/status", "exchangerates", "exchangerates/status",
-        "registrymirrors", "registrymirrors/status"}
+        "copyrules", "copyrules/status", "databases", "databases/status", "exchangerates",
+        "exchangerates/status", "registrymirrors", "registrymirrors/status"}
     groups = {g["name"] for g in http.call("GET", "/apis")[1]["groups"]}
     assert {"apps", "coordination.k8s.io", "apiextensions.k8s.io", "eventop.dev"} <= groups
     assert http.call("GET", "/api")[1]["versions"] == ["v1"]

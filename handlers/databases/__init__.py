@@ -1,0 +1,17 @@
+"""Database: a custom resource that becomes a running, backed-up PostgreSQL.
+
+The lifecycle is a pure function of the Database and its observed children
+(:func:`eventop.handlers.databases.lifecycle.plan`): the objects it should own, those it keeps
+without owning (the backup volume, deletion snapshots), explicit deletions, its status and
+Events, and whether a Database being deleted may go. See ``README.md`` beside this file for
+the design (upgrades, deletion, backups).
+"""
+
+from __future__ import annotations
+
+from eventop.handlers.databases.lifecycle import Plan, plan
+from eventop.handlers.databases.observe import Observed
+from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, SpecError, parse_spec
+
+__all__ = ["API_VERSION", "FINALIZER", "KIND", "Observed", "Plan", "SpecError", "parse_spec",
+           "plan"]

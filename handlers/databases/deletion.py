@@ -1,0 +1,179 @@
+"""What deleting a Database does, one step per reconcile, while its finalizer holds it.
+
+The finalizer is removed (``Plan.finalize``) only once the data is where
+``spec.deletionPolicy`` says; until then the Database stays, with a ``Deleting`` condition
+saying what it waits for. Nothing is ever deleted without its data kept first:
+
+* ``Retain``: the data volumes were never owned by anything (StatefulSet volume claims are
+  not, unless a ``persistentVolumeClaimRetentionPolicy`` says so, which eventop leaves at
+  its Retain default, and which v1.24 does not even serve), so they stay; the credentials
+  Secret is released from the Database so it stays too (the kept data opens with its
+  passwords, and a Database created again under the same name adopts it).
+* ``Delete``: the servers are stopped (StatefulSets deleted in the foreground, so they are
+  gone only once their pods are), then every data volume is deleted, then the finalizer goes.
+* ``Snapshot`` with the snapshot API served: the servers are stopped first, so the
+  snapshots are of a cleanly shut down data directory; then a VolumeSnapshot of every data
+  volume is taken and awaited (``readyToUse``); then the volumes are deleted. A snapshot that
+  reports an error, or is not ready within :data:`SNAPSHOT_TIMEOUT`, is reported
+  (``Deleting``/``SnapshotFailed`` or ``SnapshotTimedOut``, a Warning Event) and the Database
+  stays: delete the snapshot to try again, or change the policy.
+* ``Snapshot`` without the snapshot API: a final backup Job (``pg_dumpall`` on the running
+  image) writes to the backup volume while the server still runs; then as with Delete. A
+  failed or timed-out backup (the Job's deadline) is reported the same way.
+
+Snapshots, the backup volume and (except with Delete) the Secret have no owner: the
+garbage collector can not take them with the Database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventop.handlers.databases import jobs, lifecycle, observe, status, workload
+from eventop.handlers.databases.lifecycle import Plan
+from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
+from eventop.handlers.databases.spec import DatabaseSpec, Names
+from eventop.handlers.databases.status import Condition, Event, Facts
+from eventop.handlers.databases.workload import Passwords
+
+Obj = dict[str, Any]
+
+SNAPSHOT_TIMEOUT = 30 * 60
+POLL = 15.0  # seconds between looks while waiting for something no event announces
+
+
+def _how_to_go_on(names: Names) -> str:
+    return ("delete it to try again, or set spec.deletionPolicy to Retain (keeps the data "
+            f"volumes data-{names.base}-pg*) or Delete (deletes them)")
+
+
+def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
+    names = Names.of(spec.name)
+    version, image = lifecycle.serving(db, spec, observed)
+    facts = Facts(version=str(version), image=image, endpoint=workload.endpoint(spec),
+                  secret=names.secret, replicas=spec.replicas,
+                  serving=observed.statefulset(version.major),
+                  progressing=("False", "Deleting", "no upgrade while the Database is deleted"))
+    facts.initialized = lifecycle._initialized_before(db)
+    step = _steps(db, spec, observed, (str(version), image), facts)
+    facts.deleting = step.condition
+    new, events, _ = status.compute(db, facts, observed, spec.replicas)
+    kept = [workload.backup_pvc(spec), *step.kept]
+    if observed.secret is not None and spec.deletion_policy != "Delete" and lifecycle.is_ours(
+            observed.secret, db):
+        kept.append(_released_secret(spec, observed.secret))
+    return Plan(children=step.children, status=new, kept=kept, deletions=step.deletions,
+                events=events + step.events, finalize=step.finalize,
+                requeue_after=None if step.finalize else step.requeue_after)
+
+
+class _Step:
+    def __init__(self, condition: Condition, *, children: list[Obj] | None = None,
+                 kept: list[Obj] | None = None, deletions: list[tuple[Obj, str]] | None = None,
+                 finalize: bool = False, events: list[Event] | None = None,
+                 requeue_after: float | None = POLL) -> None:
+        self.condition = condition
+        self.children = children or []
+        self.kept = kept or []
+        self.deletions = deletions or []
+        self.finalize = finalize
+        self.events = events or []
+        self.requeue_after = requeue_after
+
+
+def _released_secret(spec: DatabaseSpec, secret: Obj) -> Obj:
+    have = Passwords.from_secret(secret)
+    return workload.credentials_secret(spec, Passwords(
+        app=have.get("password", ""), superuser=have.get("superuser-password", ""),
+        replication=have.get("replication-password", "")))
+
+
+def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
+           facts: Facts) -> _Step:
+    policy = spec.deletion_policy
+    if policy == "Retain":
+        volumes = ", ".join(observe.pvc_names(observed)) or "none"
+        return _Step(("True", "Retained", f"data volumes kept: {volumes}"), finalize=True,
+                     events=[("Normal", "DataRetained",
+                              f"data volumes ({volumes}) and Secret {facts.secret} kept")])
+    done: list[Obj] = []  # the completed final backup Job, kept until the end (its record)
+    if policy == "Snapshot" and observed.snapshots is None:
+        backup = _final_backup(spec, observed, running, facts)
+        if backup is not None:
+            return backup
+        if observed.job(Names.of(spec.name).final_backup_job) is not None:
+            done = [jobs.final_backup_job(spec, running)]
+    if observed.statefulsets:
+        return _Step(("True", "StoppingServers", "waiting for the servers to stop"),
+                     children=done,
+                     deletions=[(sts, "Foreground") for sts in observed.statefulsets])
+    if policy == "Snapshot" and observed.snapshots is not None:
+        snapshots = _snapshots(db, spec, observed)
+        if not snapshots.finalize:
+            return snapshots
+    step = _delete_volumes(observed, policy)
+    step.children = done
+    return step
+
+
+def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
+                  facts: Facts) -> _Step | None:
+    """The final backup while the server still runs; None once it completed (or when there
+    is no data at all to back up)."""
+    if not observed.data_pvcs and not observed.statefulsets:
+        return None
+    names = Names.of(spec.name)
+    major = int(running[0].split(".")[0])
+    job = jobs.final_backup_job(spec, running)
+    found = observed.job(names.final_backup_job)
+    state = observe.job_state(found)
+    if state == COMPLETE:
+        return None
+    server = workload.statefulset(spec, running, major, claim_template=lifecycle._claim_template(
+        observed.statefulset(major)))
+    children = [workload.config_map(spec), workload.headless_service(spec),
+                workload.client_service(spec, major), server, job]
+    if state == FAILED:
+        return _Step(("True", "FinalBackupFailed",
+                      f"the final backup, Job {names.final_backup_job}, failed "
+                      f"({observe.job_failure(found or {})}); the Database stays. "
+                      f"{_how_to_go_on(names).capitalize()}"), children=children,
+                     requeue_after=None)
+    return _Step(("True", "FinalBackup", f"writing a final backup to {names.backup_pvc} "
+                                         "(the snapshot API is not served)"),
+                 children=children)
+
+
+def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
+    names = Names.of(spec.name)
+    wanted = observe.snapshot_names(observed, db["metadata"]["uid"], names)
+    kept = [jobs.volume_snapshot(spec, pvc, db["metadata"]["uid"]) for pvc in wanted]
+    states = {name: observe.snapshot_state(observed.snapshot(name), observed.now,
+                                           SNAPSHOT_TIMEOUT) for name in wanted.values()}
+    for reason, state in (("SnapshotFailed", "Failed"), ("SnapshotTimedOut", "TimedOut")):
+        bad = [(name, detail) for name, (s, detail) in sorted(states.items()) if s == state]
+        if bad:
+            name, detail = bad[0]
+            return _Step(("True", reason, f"VolumeSnapshot {name}: {detail}; the Database "
+                                          f"stays: {_how_to_go_on(names)}"),
+                         kept=kept, requeue_after=None)
+    ready = sum(1 for s, _ in states.values() if s == "Ready")
+    if ready < len(states):
+        return _Step(("True", "Snapshotting",
+                      f"{ready} of {len(states)} VolumeSnapshots ready"), kept=kept)
+    done = ", ".join(sorted(wanted.values())) or "none (no data volume)"
+    return _Step(("True", "Snapshotted", f"VolumeSnapshots ready: {done}"), kept=kept,
+                 finalize=True,
+                 events=[("Normal", "Snapshotted", f"data kept in VolumeSnapshots {done}")])
+
+
+def _delete_volumes(observed: Observed, policy: str) -> _Step:
+    volumes = observe.pvc_names(observed)
+    if policy == "Delete":
+        events = [("Normal", "DataDeleted",
+                   f"data volumes deleted: {', '.join(volumes) or 'none'}")]
+    else:
+        events = []
+    return _Step(("True", "DeletingVolumes", f"deleting data volumes: {', '.join(volumes)}"),
+                 deletions=[(pvc, "Background") for pvc in observed.data_pvcs], finalize=True,
+                 events=events)

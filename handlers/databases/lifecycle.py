@@ -1,0 +1,338 @@
+"""What a live Database should consist of now: the version that serves, the upgrade steps,
+the initial configuration, the backups. A pure function of the Database and its observed
+children (:func:`plan`), decided again from scratch on every event.
+
+Upgrades. Raising ``spec.version`` (or changing ``spec.image``) first runs a backup Job on
+the running image and waits for it. Then:
+
+* same major: the StatefulSet's image changes and its pods roll (standbys first, the primary
+  last); the new version serves once every pod runs it and is ready.
+* new major: PostgreSQL's data directory belongs to one major, and ``pg_upgrade`` needs both
+  majors' binaries in one container, which the official image does not have. So the new
+  major gets its own StatefulSet and volumes beside the old one; once its primary is ready,
+  an upgrade Job on the new image makes the old server read-only and copies every role and
+  database into the new one (``pg_dumpall --globals-only``, then ``pg_dump | pg_restore``
+  per database). Only when that succeeded does the client Service switch to the new
+  primary, the backup CronJob move to the new image, and the old StatefulSet go; its
+  volumes are kept until the Database is deleted (a way back). A failed copy leaves the old
+  server serving, writable again.
+
+Lowering the version is refused (``Progressing=False``, ``DowngradeRefused``): PostgreSQL
+can not open a newer data directory with older binaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventop.handlers.databases import jobs, observe, status, workload
+from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
+from eventop.handlers.databases.spec import (
+    DatabaseSpec,
+    Names,
+    SpecError,
+    Version,
+    image_for,
+    parse_spec,
+)
+from eventop.handlers.databases.status import Event, Facts
+from eventop.handlers.databases.workload import Passwords
+from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, is_owned_by, label_value
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Plan:
+    """What one reconcile wants.
+
+    ``children`` are owned by the Database (None: leave the children as they are, the spec
+    can not be acted on); ``kept`` are applied without an owner, so they outlive it;
+    ``deletions`` are deleted explicitly (``(object, propagation)``); ``finalize`` lets a
+    Database being deleted go (its finalizer removed).
+    """
+
+    children: list[Obj] | None
+    status: Obj
+    kept: list[Obj] = field(default_factory=list)
+    deletions: list[tuple[Obj, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    finalize: bool = False
+    requeue_after: float | None = None
+
+
+def plan(db: Obj, observed: Observed, new_password: Callable[[], str]) -> Plan:
+    """The Database's children, status and Events for this moment."""
+    from eventop.handlers.databases import deletion
+
+    deleting = bool(db["metadata"].get("deletionTimestamp"))
+    try:
+        spec = parse_spec(_as_running(db) if deleting else db)
+    except SpecError as exc:
+        return invalid(db, observed, exc)
+    if deleting:
+        return deletion.plan(db, spec, observed)
+    return running(db, spec, observed, new_password)
+
+
+def _as_running(db: Obj) -> Obj:
+    """For deletion, the spec as far as it matters then: the version that runs (a version
+    edited in the meantime, even an unsupported one, upgrades nothing now) and no schedule
+    (a broken one must not keep a Database from being deleted)."""
+    spec = dict(db.get("spec") or {})
+    old = db.get("status") or {}
+    if old.get("version"):
+        spec["version"] = old["version"]
+        spec["image"] = old.get("image") or spec.get("image")
+    spec["backup"] = {k: v for k, v in (spec.get("backup") or {}).items() if k != "schedule"}
+    return {**db, "spec": spec}
+
+
+def invalid(db: Obj, observed: Observed, exc: SpecError) -> Plan:
+    """Nothing is changed: an edit that broke the spec must not take the server down."""
+    facts = Facts(ready=("False", exc.reason, f"{exc.message}: fix the Database's spec"),
+                  phase="Failed", progressing=("False", "InvalidSpec", exc.message),
+                  version=(db.get("status") or {}).get("version"))
+    facts.initialized = _initialized_before(db)
+    new, events, _ = status.compute(db, facts, observed, int(
+        (db.get("spec") or {}).get("replicas", 1) or 1))
+    return Plan(children=None, status=new, events=events,
+                finalize=bool(db["metadata"].get("deletionTimestamp")) and not observed.data_pvcs
+                and not observed.statefulsets)
+
+
+def _initialized_before(db: Obj) -> status.Condition:
+    cond = observe._condition(db, "Initialized") if db.get("status") else None
+    if cond:
+        return ("True", str(cond.get("reason")), str(cond.get("message")))
+    return ("False", "WaitingForServer", "the server has not started yet")
+
+
+def is_ours(obj: Obj, db: Obj) -> bool:
+    """Owned by this Database, or labelled as a credentials Secret eventop made for a
+    Database of this name (one kept by an earlier Database: adopted with its passwords)."""
+    if is_owned_by(obj, db["metadata"]["uid"]):
+        return True
+    labels = obj["metadata"].get("labels") or {}
+    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            and labels.get("app.kubernetes.io/instance") == label_value(db["metadata"]["name"])
+            and labels.get("app.kubernetes.io/name") == workload.APP_NAME)
+
+
+def passwords(secret: Obj | None, new_password: Callable[[], str]) -> Passwords:
+    """The Secret's passwords, each generated only where it has none yet."""
+    have = Passwords.from_secret(secret)
+    return Passwords(app=have.get("password") or new_password(),
+                     superuser=have.get("superuser-password") or new_password(),
+                     replication=have.get("replication-password") or new_password())
+
+
+def serving(db: Obj, spec: DatabaseSpec, observed: Observed) -> tuple[Version, str]:
+    """The version (and image) that serves: the status says it; without a status, the
+    StatefulSet of the lowest major. Before the database was ever initialized and while no
+    server is ready, whatever the spec asks for: there is no data to carry over yet."""
+    old = db.get("status") or {}
+    if _initialized_before(db)[0] != "True" and not any(
+            observe.ready_replicas(sts) for sts in observed.statefulsets):
+        return spec.version, spec.image  # nothing served yet: no data to carry over
+    if old.get("version"):
+        version = Version.parse(old["version"])
+        return version, str(old.get("image") or image_for(version))
+    found = sorted(observed.statefulsets,
+                   key=lambda s: int(s["metadata"]["labels"][workload.MAJOR_LABEL]))
+    if found:
+        sts = found[0]
+        major = int(sts["metadata"]["labels"][workload.MAJOR_LABEL])
+        version = observe.sts_version(sts) or Version(major)
+        return version, observe.sts_image(sts) or image_for(version)
+    return spec.version, spec.image
+
+
+def is_lower(target: Version, running: Version) -> bool:
+    if target.major != running.major:
+        return target.major < running.major
+    if target.minor is None or running.minor is None:
+        return False
+    return target.minor < running.minor
+
+
+def running(db: Obj, spec: DatabaseSpec, observed: Observed,
+            new_password: Callable[[], str]) -> Plan:
+    names = Names.of(spec.name)
+    facts = Facts(endpoint=workload.endpoint(spec), secret=names.secret,
+                  schedule=spec.schedule, replicas=spec.replicas)
+    if observed.secret is not None and not is_ours(observed.secret, db):
+        facts.ready = ("False", "SecretConflict",
+                       f"Secret {names.secret} exists and was not made by eventop for this "
+                       "Database; rename or remove it (nothing was created)")
+        facts.phase = "Failed"
+        new, events, _ = status.compute(db, facts, observed, spec.replicas)
+        return Plan(children=None, status=new, events=events)
+
+    if observed.secret is None and _initialized_before(db)[0] == "True":
+        facts.events.append((
+            "Warning", "CredentialsRecreated",
+            f"Secret {names.secret} was deleted and is made again with new passwords, which "
+            "the server does not know: restore the deleted Secret (or set the roles' "
+            "passwords to the new ones as the postgres user inside the primary's pod)"))
+    version, image = serving(db, spec, observed)
+    children: list[Obj] = [workload.config_map(spec), workload.headless_service(spec),
+                           workload.credentials_secret(spec, passwords(observed.secret,
+                                                                       new_password))]
+    step = Step(serve=(version, image), build=(version, image))
+    if (spec.version, spec.image) != (version, image):
+        if is_lower(spec.version, version):
+            facts.progressing = (
+                "False", "DowngradeRefused",
+                f"spec.version {spec.version} is lower than the running {version}: PostgreSQL "
+                f"can not open a newer data directory with older binaries; set spec.version "
+                f"back to {version.major} or higher (or restore a backup into a new Database)")
+        else:
+            step = _upgrade(spec, observed, (version, image), facts)
+    else:
+        facts.progressing = ("False", "Stable", f"PostgreSQL {version} serves")
+    version, image = step.serve
+    built, built_image = step.build
+    serving_sts = observed.statefulset(version.major)
+    children.append(workload.statefulset(spec, (str(built), built_image), built.major,
+                                         claim_template=_claim_template(serving_sts)))
+    children.append(workload.client_service(spec, version.major))
+    children += step.extra
+    facts.version, facts.image, facts.serving = str(version), image, serving_sts
+    children += _initialization(db, spec, observed, (str(version), image), facts)
+    if facts.initialized[0] == "True":
+        children.append(jobs.backup_cronjob(spec, (str(version), image), version.major))
+    new, events, recheck = status.compute(db, facts, observed, spec.replicas)
+    return Plan(children=children, status=new, kept=[workload.backup_pvc(spec)], events=events,
+                requeue_after=recheck)
+
+
+@dataclass
+class Step:
+    """Where an upgrade stands: the version reported as serving, the one the serving
+    StatefulSet is built with (ahead of it while a minor upgrade rolls), extra children."""
+
+    serve: tuple[Version, str]
+    build: tuple[Version, str]
+    extra: list[Obj] = field(default_factory=list)
+
+
+def _claim_template(sts: Obj | None) -> Obj | None:
+    """The existing data volume template (immutable once the StatefulSet exists)."""
+    templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
+    if not templates:
+        return None
+    template = templates[0]
+    return {"metadata": {k: v for k, v in (template.get("metadata") or {}).items()
+                         if k in ("name", "labels")},
+            "spec": {k: v for k, v in (template.get("spec") or {}).items()
+                     if k in ("accessModes", "resources", "storageClassName")}}
+
+
+def _upgrade(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
+             facts: Facts) -> Step:
+    version, image = current
+    names = Names.of(spec.name)
+    target = (spec.version, spec.image)
+    old_sts = observed.statefulset(version.major)
+    if spec.version.major == version.major:
+        started = old_sts is None or observe.sts_image(old_sts) == spec.image
+    else:
+        started = observed.statefulset(spec.version.major) is not None or observed.job(
+            names.upgrade_job(spec.version.major)) is not None
+    if not started:
+        pre = jobs.pre_upgrade_job(spec, (str(version), image))
+        job = observed.job(pre["metadata"]["name"])
+        state = observe.job_state(job)
+        if state == FAILED:
+            facts.progressing = (
+                "False", "UpgradeBackupFailed",
+                f"the backup before upgrading to {spec.version}, Job {pre['metadata']['name']}, "
+                f"failed ({observe.job_failure(job or {})}); nothing was upgraded. Delete the "
+                "Job to try again")
+            return Step(current, current, [pre])
+        if state != COMPLETE:
+            facts.progressing = ("True", "BackingUp",
+                                 f"backing up before upgrading {version} -> {spec.version}")
+            return Step(current, current, [pre])
+    if spec.version.major != version.major:
+        return _major(spec, observed, current, target, facts)
+    if old_sts is not None and observe.rolled_out(old_sts) and observe.sts_image(
+            old_sts) == spec.image:
+        facts.progressing = ("False", "Stable", f"PostgreSQL {spec.version} serves")
+        return Step(target, target)
+    facts.progressing = ("True", "RollingUpdate",
+                         f"rolling the servers from {version} to {spec.version}")
+    return Step(current, target)
+
+
+def _major(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
+           target: tuple[Version, str], facts: Facts) -> Step:
+    version, _image = current
+    names = Names.of(spec.name)
+    new_major = spec.version.major
+    new_sts = observed.statefulset(new_major)
+    built = (str(target[0]), target[1])
+    extra = [workload.statefulset(spec, built, new_major,
+                                  claim_template=_claim_template(new_sts))]
+    job_name = names.upgrade_job(new_major)
+    job = observed.job(job_name)
+    if job is None and observe.ready_replicas(new_sts) < 1:
+        facts.progressing = ("True", "StartingNewServer",
+                             f"waiting for the PostgreSQL {spec.version} primary "
+                             f"{names.primary(new_major)} to be ready")
+        return Step(current, current, extra)
+    extra.append(jobs.upgrade_job(spec, version.major, built))
+    state = observe.job_state(job)
+    if state == COMPLETE:
+        facts.progressing = ("False", "Stable", f"PostgreSQL {spec.version} serves")
+        facts.events.append((
+            "Normal", "OldVolumesKept",
+            f"the PostgreSQL {version.major} volumes (data-{names.statefulset(version.major)}-*)"
+            " are kept as a way back; delete them when no longer needed"))
+        return Step(target, target)
+    if state == FAILED:
+        facts.progressing = (
+            "False", "UpgradeFailed",
+            f"copying the data into PostgreSQL {spec.version} failed, Job {job_name} "
+            f"({observe.job_failure(job or {})}); {version} still serves and accepts writes. "
+            f"To try again, delete the Job and the volumes data-{names.statefulset(new_major)}-*")
+    else:
+        facts.progressing = ("True", "CopyingData",
+                             f"copying every database from {version} into {spec.version}")
+    return Step(current, current, extra)
+
+
+def _initialization(db: Obj, spec: DatabaseSpec, observed: Observed,
+                    version_image: tuple[str, str], facts: Facts) -> list[Obj]:
+    """The init Job while it is needed; ``facts.initialized`` from it (or, once done, from
+    the status: it runs once per Database)."""
+    job = observed.job(Names.of(spec.name).init_job)
+    before = _initialized_before(db)
+    want = jobs.init_job(spec, version_image, int(version_image[0].split(".")[0]))
+    same_image = job is not None and _job_image(job) == version_image[1]
+    if before[0] == "True":
+        facts.initialized = before
+        return [want] if same_image else []
+    if job is None and observe.ready_replicas(facts.serving) < 1:
+        facts.initialized = ("False", "WaitingForServer", "waiting for the primary to be ready")
+        return []
+    state = observe.job_state(job)
+    if state == COMPLETE:
+        facts.initialized = ("True", "Initialized",
+                             f"role and database {spec.database_name} created")
+    elif state == FAILED:
+        facts.initialized = ("False", "InitFailed",
+                             f"the init Job failed ({observe.job_failure(job or {})}); see its "
+                             "logs, then delete the Job to run it again")
+    else:
+        facts.initialized = ("False", "Initializing", "the init Job is running")
+    return [want] if job is None or same_image else []
+
+
+def _job_image(job: Obj) -> str | None:
+    containers = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers") or []
+    return containers[0].get("image") if containers else None

@@ -1,0 +1,179 @@
+"""What a Database's children say about it: the few facts the lifecycle and the status are
+computed from, read from the children's own status as their controllers write it.
+
+Everything here is pure: :class:`Observed` is filled by the reconcile from the API (or the
+engine's cache), and a test builds one by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from eventop.handlers.databases.jobs import BACKUP_KIND_LABEL
+from eventop.handlers.databases.spec import Names, Version
+from eventop.handlers.databases.workload import MAJOR_LABEL, VERSION_LABEL
+
+Obj = dict[str, Any]
+
+COMPLETE, FAILED, RUNNING = "Complete", "Failed", "Running"
+
+
+@dataclass
+class Observed:
+    """A Database's children as they are now.
+
+    ``snapshots`` is None when the API server does not serve ``snapshot.storage.k8s.io/v1``
+    (deletion then takes a final backup instead).
+    """
+
+    now: datetime
+    secret: Obj | None = None
+    statefulsets: list[Obj] = field(default_factory=list)
+    jobs: list[Obj] = field(default_factory=list)
+    cronjob: Obj | None = None
+    data_pvcs: list[Obj] = field(default_factory=list)
+    snapshots: list[Obj] | None = None
+
+    def statefulset(self, major: int) -> Obj | None:
+        for sts in self.statefulsets:
+            if _labels(sts).get(MAJOR_LABEL) == str(major):
+                return sts
+        return None
+
+    def job(self, name: str) -> Obj | None:
+        return next((j for j in self.jobs if j["metadata"]["name"] == name), None)
+
+    def snapshot(self, name: str) -> Obj | None:
+        return next((s for s in self.snapshots or [] if s["metadata"]["name"] == name), None)
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(UTC)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- Jobs ------------------------------------------------------------------------------
+
+
+def _condition(obj: Obj, type_: str) -> Obj | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def job_state(job: Obj | None) -> str | None:
+    """Complete, Failed or Running (None: no Job), as the Job controller reports it."""
+    if job is None:
+        return None
+    if _condition(job, "Complete"):
+        return COMPLETE
+    if _condition(job, "Failed"):
+        return FAILED
+    return RUNNING
+
+
+def job_finished(job: Obj) -> datetime | None:
+    """When the Job completed or failed; None while it runs."""
+    status = job.get("status") or {}
+    if _condition(job, "Complete"):
+        return parse_time(status.get("completionTime")) or parse_time(
+            (_condition(job, "Complete") or {}).get("lastTransitionTime"))
+    failed = _condition(job, "Failed")
+    if failed:
+        return parse_time(failed.get("lastTransitionTime")) or parse_time(
+            status.get("startTime"))
+    return None
+
+
+def job_failure(job: Obj) -> str:
+    """The Job controller's own words for why a Job failed."""
+    failed = _condition(job, "Failed") or {}
+    reason = failed.get("reason") or "Failed"
+    message = failed.get("message") or "its pods failed"
+    return f"{reason}: {message}"
+
+
+def backup_jobs(observed: Observed) -> list[Obj]:
+    """Every backup Job (scheduled, before an upgrade, final), oldest finish first."""
+    found = [j for j in observed.jobs if _labels(j).get(BACKUP_KIND_LABEL)
+             and job_finished(j) is not None]
+    return sorted(found, key=lambda j: (job_finished(j), j["metadata"]["name"]))
+
+
+def backup_kind(job: Obj) -> str:
+    return _labels(job).get(BACKUP_KIND_LABEL, "")
+
+
+# -- StatefulSets ----------------------------------------------------------------------
+
+
+def sts_version(sts: Obj) -> Version | None:
+    text = _labels(sts).get(VERSION_LABEL)
+    try:
+        return Version.parse(text) if text else None
+    except ValueError:
+        return None
+
+
+def sts_image(sts: Obj) -> str | None:
+    containers = ((((sts.get("spec") or {}).get("template") or {}).get("spec") or {})
+                  .get("containers") or [])
+    return next((c.get("image") for c in containers if c.get("name") == "postgres"), None)
+
+
+def ready_replicas(sts: Obj | None) -> int:
+    return int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+def rolled_out(sts: Obj | None) -> bool:
+    """Every pod runs the StatefulSet's current template and is ready: the controller has
+    seen the latest spec, updated every replica, and its revisions agree."""
+    if sts is None:
+        return False
+    status = sts.get("status") or {}
+    want = int((sts.get("spec") or {}).get("replicas", 1))
+    return (int(status.get("observedGeneration") or 0) >= int(
+        sts["metadata"].get("generation") or 0)
+        and int(status.get("updatedReplicas") or 0) == want
+        and int(status.get("readyReplicas") or 0) == want
+        and status.get("currentRevision") == status.get("updateRevision"))
+
+
+# -- volumes and snapshots -------------------------------------------------------------
+
+
+def snapshot_state(snapshot: Obj | None, now: datetime, timeout: float) -> tuple[str, str]:
+    """(Ready | Failed | TimedOut | Pending | Missing, detail) of one VolumeSnapshot."""
+    if snapshot is None:
+        return "Missing", ""
+    status = snapshot.get("status") or {}
+    if status.get("readyToUse") is True:
+        return "Ready", ""
+    error = status.get("error") or {}
+    if error.get("message"):
+        return "Failed", str(error["message"])
+    created = parse_time(snapshot["metadata"].get("creationTimestamp"))
+    if created is not None and (now - created).total_seconds() > timeout:
+        return "TimedOut", f"not ready after {int(timeout // 60)} minutes"
+    return "Pending", ""
+
+
+def pvc_names(observed: Observed) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in observed.data_pvcs)
+
+
+def snapshot_names(observed: Observed, db_uid: str, names: Names) -> dict[str, str]:
+    """Data volume -> the name of its deletion snapshot."""
+    return {pvc: names.snapshot(pvc, db_uid) for pvc in pvc_names(observed)}

@@ -1,0 +1,229 @@
+"""A Database's spec, read once into a typed value; versions and the images they run.
+
+The API server already refuses what the schema can say (an unknown engine, a missing storage
+size, a malformed version); what it can not (an unsupported major, a cron schedule, a name
+too long for the objects derived from it) is checked here and raised as :class:`SpecError`,
+which the handler reports in the status instead of acting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Any
+
+from eventop.handlers.databases.schedule import ScheduleError, normalize
+from eventop.kube.objects import dns_label
+
+Obj = dict[str, Any]
+
+API_VERSION = "eventop.dev/v1"
+KIND = "Database"
+FINALIZER = "eventop.dev/database-data"
+
+IMAGE_REPOSITORY = "docker.io/library/postgres"
+# The minor each supported major runs by default: the newest release when this operator
+# version was made. A later operator version raising a pin rolls every Database on that
+# major (a minor upgrade: backup first, then a rolling restart). 13 is past end of life.
+PINNED_MINOR = {14: 20, 15: 15, 16: 11, 17: 7, 18: 1}
+
+DEFAULT_RESOURCES: Obj = {"requests": {"cpu": "100m", "memory": "256Mi"},
+                          "limits": {"memory": "1Gi"}}
+DEFAULT_SCHEDULE = "0 0 * * *"
+DELETION_POLICIES = ("Snapshot", "Retain", "Delete")
+
+# Longest part of the Database name kept in object names: the StatefulSet "<base>-pg<NN>"
+# must stay within 52 characters (its pods' controller-revision-hash label adds 11 to a
+# 63-character label value), and the CronJob "<base>-backup" within 52 too.
+MAX_NAME_PART = 40
+
+
+class SpecError(ValueError):
+    """The spec can not be acted on; ``reason`` is the condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Version:
+    """A PostgreSQL version: a major and, when known, a minor."""
+
+    major: int
+    minor: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        match = re.fullmatch(r"([0-9]{1,3})(?:\.([0-9]{1,3}))?", str(text).strip())
+        if not match:
+            raise SpecError("InvalidVersion", f"version {text!r} is not MAJOR or MAJOR.MINOR "
+                                              "(e.g. \"16\" or \"16.11\")")
+        return cls(int(match[1]), int(match[2]) if match[2] is not None else None)
+
+    def __str__(self) -> str:
+        return f"{self.major}" if self.minor is None else f"{self.major}.{self.minor}"
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return (self.major, self.minor or 0) < (other.major, other.minor or 0)
+
+    @property
+    def slug(self) -> str:
+        """The version in an object name or label value: ``16-11``."""
+        return str(self).replace(".", "-")
+
+
+@dataclass(frozen=True)
+class DatabaseSpec:
+    name: str
+    namespace: str
+    version: Version  # resolved: the pinned minor filled in unless an image overrides it
+    image: str
+    replicas: int
+    port: int
+    database_name: str
+    storage_size: str
+    storage_class: str | None
+    resources: Obj
+    schedule: str  # as written by the user
+    retention: int
+    backup_size: str
+    backup_class: str | None
+    snapshot_class: str | None
+    deletion_policy: str
+
+    @property
+    def user(self) -> str:
+        """The application role: owner of the application database."""
+        return self.database_name
+
+
+def resolve(version: Version, image: str | None) -> tuple[Version, str]:
+    """(version that runs, image). Raises SpecError for a major eventop does not support."""
+    if version.major not in PINNED_MINOR:
+        supported = ", ".join(str(m) for m in sorted(PINNED_MINOR))
+        raise SpecError("UnsupportedVersion",
+                        f"PostgreSQL {version.major} is not supported; choose one of "
+                        f"{supported}")
+    if image:
+        return version, image
+    if version.minor is None:
+        version = Version(version.major, PINNED_MINOR[version.major])
+    return version, f"{IMAGE_REPOSITORY}:{version}"
+
+
+def image_for(version: Version) -> str:
+    """The default image of a version already running (status.version)."""
+    return f"{IMAGE_REPOSITORY}:{version}"
+
+
+def default_database_name(name: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9_]", "_", name.lower())[:63]
+    return cleaned if re.match(r"[a-z_]", cleaned) else f"db_{cleaned}"[:63]
+
+
+def parse_spec(db: Obj) -> DatabaseSpec:
+    """The spec as values, defaults filled in (the API server fills most already: objects
+    written before a default existed, or by a server without defaulting, get them here)."""
+    meta = db.get("metadata") or {}
+    spec = db.get("spec") or {}
+    if spec.get("engine", "postgres") != "postgres":
+        raise SpecError("UnsupportedEngine",
+                        f"engine {spec.get('engine')!r} is not supported; use postgres")
+    if "version" not in spec:
+        raise SpecError("InvalidVersion", "spec.version is required (e.g. \"16\")")
+    version, image = resolve(Version.parse(spec["version"]), spec.get("image"))
+    storage = spec.get("storage") or {}
+    if not storage.get("size"):
+        raise SpecError("InvalidStorage", "spec.storage.size is required (e.g. 10Gi)")
+    backup = spec.get("backup") or {}
+    schedule = str(backup.get("schedule") or DEFAULT_SCHEDULE)
+    try:
+        normalize(schedule)
+    except ScheduleError as exc:
+        raise SpecError("InvalidSchedule", f"spec.backup.{exc}") from exc
+    backup_storage = backup.get("storage") or {}
+    policy = spec.get("deletionPolicy", "Snapshot")
+    if policy not in DELETION_POLICIES:
+        raise SpecError("InvalidDeletionPolicy",
+                        f"deletionPolicy {policy!r}: use one of {', '.join(DELETION_POLICIES)}")
+    return DatabaseSpec(
+        name=meta["name"], namespace=meta.get("namespace") or "default",
+        version=version, image=image,
+        replicas=int(spec.get("replicas", 1)), port=int(spec.get("port", 5432)),
+        database_name=spec.get("databaseName") or default_database_name(meta["name"]),
+        storage_size=str(storage["size"]), storage_class=storage.get("storageClassName"),
+        resources=spec.get("resources") or DEFAULT_RESOURCES,
+        schedule=schedule, retention=int(backup.get("retention", 7)),
+        backup_size=str(backup_storage.get("size") or storage["size"]),
+        backup_class=backup_storage.get("storageClassName"),
+        snapshot_class=spec.get("snapshotClassName"), deletion_policy=policy,
+    )
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of a Database's objects, all in its namespace."""
+
+    base: str
+
+    @classmethod
+    def of(cls, db_name: str) -> Names:
+        return cls(dns_label(db_name, MAX_NAME_PART))
+
+    @property
+    def secret(self) -> str:
+        return f"{self.base}-credentials"
+
+    @property
+    def service(self) -> str:
+        return self.base
+
+    @property
+    def headless(self) -> str:
+        return f"{self.base}-hl"
+
+    def statefulset(self, major: int) -> str:
+        """One StatefulSet per major: a data directory belongs to one major version."""
+        return f"{self.base}-pg{major}"
+
+    def primary(self, major: int) -> str:
+        return f"{self.statefulset(major)}-0"
+
+    def primary_host(self, major: int) -> str:
+        return f"{self.primary(major)}.{self.headless}"
+
+    @property
+    def backup_pvc(self) -> str:
+        return f"{self.base}-backups"
+
+    @property
+    def init_job(self) -> str:
+        return f"{self.base}-init"
+
+    @property
+    def backup_cronjob(self) -> str:
+        return f"{self.base}-backup"
+
+    def pre_upgrade_job(self, target: Version, image: str) -> str:
+        """One backup per upgrade target: its version and (hashed) image."""
+        digest = hashlib.sha256(image.encode()).hexdigest()[:5]
+        return f"{self.base}-backup-{target.slug}-{digest}"
+
+    def upgrade_job(self, major: int) -> str:
+        return f"{self.base}-upgrade-pg{major}"
+
+    @property
+    def final_backup_job(self) -> str:
+        return f"{self.base}-final-backup"
+
+    def snapshot(self, pvc_name: str, db_uid: str) -> str:
+        """Per data volume and per Database incarnation: a Database deleted, created again
+        under the same name and deleted again keeps both generations of snapshots."""
+        return f"{pvc_name}-{db_uid[:8]}"

@@ -1,0 +1,189 @@
+"""A Database's status, and the Events its changes deserve, from what the lifecycle decided
+and what the children report. Pure: one place decides every condition, phase and Event.
+
+Conditions: ``Ready`` (every replica serves, the initial configuration is applied),
+``Initialized`` (the init Job completed, once), ``BackupHealthy`` (the last scheduled backup
+did not fail, and one succeeded within two schedule periods), ``Progressing`` (an upgrade in
+flight, or why the requested version is not the running one), and ``Deleting`` while the
+finalizer waits for the data to be kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from eventop.handlers.databases import observe
+from eventop.handlers.databases.jobs import SCHEDULED
+from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
+from eventop.handlers.databases.schedule import next_tick, two_periods_ago
+from eventop.kube.objects import get_condition, set_condition
+
+Obj = dict[str, Any]
+Condition = tuple[str, str, str]  # status ("True", "False", "Unknown"), reason, message
+Event = tuple[str, str, str]  # type (Normal, Warning), reason, message
+
+# Reasons that are a problem someone must look at: entering one posts a Warning Event.
+WARNING_REASONS = {
+    "InvalidSpec", "SecretConflict", "InitFailed", "BackupFailed", "NoRecentBackup",
+    "DowngradeRefused", "UpgradeBackupFailed", "UpgradeFailed", "SnapshotFailed",
+    "SnapshotTimedOut", "FinalBackupFailed",
+}
+
+
+@dataclass
+class Facts:
+    """What the lifecycle decided for this reconcile, for the status to report."""
+
+    version: str | None = None
+    image: str | None = None
+    endpoint: str | None = None
+    secret: str | None = None
+    serving: Obj | None = None  # the StatefulSet that serves
+    replicas: int = 1
+    initialized: Condition = ("False", "WaitingForServer", "the server has not started yet")
+    progressing: Condition = ("False", "Stable", "")
+    deleting: Condition | None = None
+    ready: Condition | None = None  # set only to override (invalid spec, conflict)
+    phase: str | None = None  # set only to override
+    schedule: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+def backup_fields(observed: Observed, old: Obj) -> Obj:
+    """``lastBackup`` (the most recent finished backup Job) and ``lastSuccessfulBackup``
+    (kept in the status once seen: the CronJob keeps only a few Jobs)."""
+    fields: Obj = {}
+    jobs = observe.backup_jobs(observed)
+    if jobs:
+        last = jobs[-1]
+        fields["lastBackup"] = {
+            "time": observe.format_time(observe.job_finished(last)),  # type: ignore[arg-type]
+            "result": "Succeeded" if observe.job_state(last) == COMPLETE else "Failed",
+            "job": last["metadata"]["name"]}
+    elif old.get("lastBackup"):
+        fields["lastBackup"] = old["lastBackup"]
+    successes = [observe.job_finished(j) for j in jobs if observe.job_state(j) == COMPLETE]
+    previous = observe.parse_time(old.get("lastSuccessfulBackup"))
+    best = max([t for t in [*successes, previous] if t is not None], default=None)
+    if best is not None:
+        fields["lastSuccessfulBackup"] = observe.format_time(best)
+    return fields
+
+
+def backup_health(observed: Observed, schedule: str, last_success: datetime | None
+                  ) -> tuple[Condition, float | None]:
+    """(BackupHealthy, seconds until it must be looked at again even if nothing changes)."""
+    if observed.cronjob is None:
+        return ("Unknown", "NotScheduled", "backups start once the database is initialized"), None
+    now = observed.now
+    recheck = (next_tick(schedule, now) - now).total_seconds() + 60
+    scheduled = [j for j in observe.backup_jobs(observed) if observe.backup_kind(j) == SCHEDULED]
+    if scheduled and observe.job_state(scheduled[-1]) == FAILED:
+        job = scheduled[-1]
+        return ("False", "BackupFailed",
+                f"the last scheduled backup, Job {job['metadata']['name']}, failed: "
+                f"{observe.job_failure(job)}; see its logs"), recheck
+    since = two_periods_ago(schedule, now)
+    if last_success is not None and last_success >= since:
+        return ("True", "BackupSucceeded",
+                f"last backup succeeded at {observe.format_time(last_success)}"), recheck
+    started = observe.parse_time(observed.cronjob["metadata"].get("creationTimestamp"))
+    if started is not None and started > since:
+        return ("Unknown", "AwaitingFirstBackup",
+                f"no backup yet; the first one runs at "
+                f"{observe.format_time(next_tick(schedule, now))}"), recheck
+    return ("False", "NoRecentBackup",
+            f"no backup succeeded since {observe.format_time(since)} (two schedule periods of "
+            f"{schedule!r})" + (f"; the last one at {observe.format_time(last_success)}"
+                                if last_success else "")), recheck
+
+
+def ready_condition(facts: Facts, want: int) -> Condition:
+    if facts.ready is not None:
+        return facts.ready
+    if facts.deleting is not None:
+        return ("False", "Deleting", "the Database is being deleted")
+    ready = observe.ready_replicas(facts.serving)
+    if facts.serving is None:
+        return ("False", "Creating", "the StatefulSet does not exist yet")
+    if ready == 0:
+        return ("False", "ServerNotReady", f"0 of {want} servers ready")
+    if facts.initialized[0] != "True":
+        return ("False", "NotInitialized", facts.initialized[2])
+    if ready < want:
+        return ("False", "StandbysNotReady", f"{ready} of {want} servers ready")
+    return ("True", "Running", f"{ready} of {want} servers ready at {facts.endpoint}")
+
+
+def phase_of(facts: Facts, ready: Condition) -> str:
+    if facts.phase:
+        return facts.phase
+    if facts.deleting is not None:
+        return "Deleting"
+    if facts.progressing[0] == "True":
+        return "Upgrading"
+    if ready[0] == "True":
+        return "Ready"
+    if facts.initialized[0] == "True":
+        return "Degraded"
+    if observe.ready_replicas(facts.serving) > 0:
+        return "Initializing"
+    return "Creating"
+
+
+def compute(db: Obj, facts: Facts, observed: Observed, want_replicas: int
+            ) -> tuple[Obj, list[Event], float | None]:
+    """(the new status, the Events to post, seconds until the next time-driven look)."""
+    old = dict(db.get("status") or {})
+    generation = (db.get("metadata") or {}).get("generation")
+    now = observe.format_time(observed.now)
+    ready = ready_condition(facts, want_replicas)
+    status: Obj = {"observedGeneration": generation, "phase": phase_of(facts, ready)}
+    for key, value in (("version", facts.version), ("image", facts.image),
+                       ("endpoint", facts.endpoint), ("credentialsSecret", facts.secret)):
+        if value is not None:
+            status[key] = value
+    sts_status = (facts.serving or {}).get("status") or {}
+    status["replicas"] = want_replicas
+    status["readyReplicas"] = int(sts_status.get("readyReplicas") or 0)
+    status.update(backup_fields(observed, old))
+    conditions = old.get("conditions")
+    recheck = None
+    wanted: list[tuple[str, Condition]] = [("Ready", ready), ("Initialized", facts.initialized),
+                                           ("Progressing", facts.progressing)]
+    if facts.schedule is not None:
+        health, recheck = backup_health(
+            observed, facts.schedule, observe.parse_time(status.get("lastSuccessfulBackup")))
+        wanted.append(("BackupHealthy", health))
+    if facts.deleting is not None:
+        wanted.append(("Deleting", facts.deleting))
+    for type_, (state, reason, message) in wanted:
+        conditions = set_condition(conditions, type_, state, reason, message, now, generation)
+    status["conditions"] = conditions
+    return status, facts.events + transition_events(old, status), recheck
+
+
+def transition_events(old: Obj, new: Obj) -> list[Event]:
+    """A Warning when a condition enters a problem (or another one); a Normal Event when a
+    problem clears, when the initial configuration is applied and when the version changes.
+    Only on transitions, so a Database stuck on one problem posts it once."""
+    events: list[Event] = []
+    for cond in new.get("conditions") or []:
+        before = get_condition(old, cond["type"]) or {}
+        reason = cond.get("reason", "")
+        if reason in WARNING_REASONS and (before.get("reason") != reason
+                                          or before.get("status") != cond.get("status")):
+            events.append(("Warning", reason, str(cond.get("message", ""))))
+        elif before.get("reason") in WARNING_REASONS and reason not in WARNING_REASONS:
+            events.append(("Normal", "Recovered",
+                           f"{cond['type']}: {before.get('reason')} resolved ({reason})"))
+    init_before = get_condition(old, "Initialized") or {}
+    init_now = get_condition(new, "Initialized") or {}
+    if init_now.get("status") == "True" and init_before.get("status") != "True":
+        events.append(("Normal", "Initialized", str(init_now.get("message", ""))))
+    if old.get("version") and new.get("version") and old["version"] != new["version"]:
+        events.append(("Normal", "Upgraded",
+                       f"PostgreSQL {old['version']} -> {new['version']} now serves"))
+    return events

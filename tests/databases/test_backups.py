@@ -1,0 +1,86 @@
+"""Backup history in the status, and BackupHealthy: false when the last scheduled backup
+failed or none succeeded within two schedule periods."""
+
+from __future__ import annotations
+
+from tests.databases.test_lifecycle import created
+from tests.databases.world import World, database
+
+
+def health(world: World) -> tuple[str, str]:
+    cond = world.condition("BackupHealthy")
+    return cond["status"], cond["reason"]
+
+
+def test_backups_start_once_initialized_and_are_awaited_for_two_periods() -> None:
+    world = World(database())
+    world.converge()
+    assert health(world) == ("Unknown", "NotScheduled")
+    world.statefulset_ready("orders-pg16")
+    world.converge()
+    world.job_done("orders-init")
+    world.converge()
+    assert health(world) == ("Unknown", "AwaitingFirstBackup")
+    world.advance(days=1)
+    world.converge()
+    assert health(world) == ("Unknown", "AwaitingFirstBackup")
+    world.advance(days=1)
+    world.converge()
+    assert health(world) == ("False", "NoRecentBackup")
+    assert "two schedule periods" in world.condition("BackupHealthy")["message"]
+
+
+def test_each_backup_job_is_reflected_in_the_status() -> None:
+    world = created(World(database()))
+    world.advance(hours=14)  # 2026-11-21T00:00
+    job = world.cron_run()
+    world.converge()
+    status = world.db["status"]
+    assert status["lastBackup"] == {"time": "2026-11-21T00:00:00Z", "result": "Succeeded",
+                                    "job": job}
+    assert status["lastSuccessfulBackup"] == "2026-11-21T00:00:00Z"
+    assert health(world) == ("True", "BackupSucceeded")
+    world.advance(days=1)
+    failed = world.cron_run(ok=False)
+    world.converge()
+    status = world.db["status"]
+    assert status["lastBackup"]["result"] == "Failed" and status["lastBackup"]["job"] == failed
+    assert status["lastSuccessfulBackup"] == "2026-11-21T00:00:00Z"
+    assert health(world) == ("False", "BackupFailed")
+    assert failed in world.condition("BackupHealthy")["message"]
+    assert [r for t, r, _ in world.events if t == "Warning"] == ["BackupFailed"]
+    world.advance(days=1)
+    world.cron_run()
+    world.converge()
+    assert health(world) == ("True", "BackupSucceeded")
+    assert ("Normal", "Recovered") in [(t, r) for t, r, _ in world.events]
+
+
+def test_the_last_success_is_remembered_after_its_job_is_gone() -> None:
+    world = created(World(database()))
+    world.advance(hours=14)
+    job = world.cron_run()
+    world.converge()
+    del world.objects[("Job", job)]  # the CronJob's history limit removed it
+    world.advance(hours=12)
+    world.converge()
+    assert world.db["status"]["lastSuccessfulBackup"] == "2026-11-21T00:00:00Z"
+    assert health(world) == ("True", "BackupSucceeded")
+
+
+def test_a_success_older_than_two_periods_is_not_healthy() -> None:
+    world = created(World(database(backup={"schedule": "@hourly", "retention": 3})))
+    world.advance(hours=1)
+    world.cron_run()
+    world.converge()
+    assert health(world) == ("True", "BackupSucceeded")
+    world.advance(hours=2, minutes=30)
+    world.converge()
+    assert health(world) == ("False", "NoRecentBackup")
+
+
+def test_a_time_driven_recheck_is_asked_for_the_next_tick() -> None:
+    world = created(World(database(backup={"schedule": "30 2 * * *", "retention": 3})))
+    plan = world.reconcile()
+    # now 10:00, next tick 02:30 the next day: 16.5 hours, plus a minute of slack
+    assert plan.requeue_after == 16.5 * 3600 + 60

@@ -1,0 +1,132 @@
+"""Deleting a Database under each deletionPolicy, with and without the snapshot API: the
+finalizer goes only once the data is where the policy says; failures keep the Database."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.databases.test_lifecycle import created
+from tests.databases.world import World, database
+
+KEPT_SECRET = ("Secret", "orders-credentials")
+BACKUPS = ("PersistentVolumeClaim", "orders-backups")
+DATA = ("PersistentVolumeClaim", "data-orders-pg16-0")
+
+
+def reasons(world: World) -> list[str]:
+    return [r for _, r, _ in world.events]
+
+
+def test_retain_keeps_the_data_volumes_and_the_secret_and_lets_go_at_once() -> None:
+    world = created(World(database(deletionPolicy="Retain")))
+    world.delete()
+    world.reconcile()
+    assert world.db is None
+    assert {DATA, BACKUPS, KEPT_SECRET} <= set(world.objects)
+    assert KEPT_SECRET not in world.owned
+    assert world.names("StatefulSet") == [] and world.names("CronJob") == []
+    assert "DataRetained" in reasons(world)
+
+
+def test_delete_stops_the_servers_then_deletes_the_data_volumes_but_not_the_backups() -> None:
+    world = created(World(database(deletionPolicy="Delete")))
+    world.delete()
+    first = world.reconcile()
+    assert world.db is not None, "the finalizer went before the servers stopped"
+    assert [(o["kind"], p) for o, p in first.deletions] == [("StatefulSet", "Foreground")]
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    world.converge()
+    assert world.db is None
+    assert DATA not in world.objects and KEPT_SECRET not in world.objects
+    assert BACKUPS in world.objects
+    assert "DataDeleted" in reasons(world)
+
+
+def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready() -> None:
+    world = created(World(database(replicas=2)))
+    world.delete()
+    world.converge()
+    snapshots = world.names("VolumeSnapshot")
+    assert snapshots == ["data-orders-pg16-0-6f1c2a9e", "data-orders-pg16-1-6f1c2a9e"]
+    assert world.names("StatefulSet") == []
+    assert world.db is not None and world.condition("Deleting")["reason"] == "Snapshotting"
+    assert world.last.requeue_after  # no event announces a snapshot turning ready
+    world.snapshot_done(snapshots[0])
+    world.converge()
+    assert world.db is not None
+    world.snapshot_done(snapshots[1])
+    world.converge()
+    assert world.db is None
+    assert set(world.names("VolumeSnapshot")) == set(snapshots)
+    assert not any(("VolumeSnapshot", s) in world.owned for s in snapshots)
+    assert DATA not in world.objects and KEPT_SECRET in world.objects and BACKUPS in world.objects
+    source = world.get("VolumeSnapshot", snapshots[0])["spec"]["source"]
+    assert source == {"persistentVolumeClaimName": "data-orders-pg16-0"}
+
+
+@pytest.mark.parametrize("failure", ["error", "timeout"])
+def test_a_failed_or_late_snapshot_keeps_the_database_and_its_data(failure: str) -> None:
+    world = created(World(database()))
+    world.delete()
+    world.converge()
+    (snapshot,) = world.names("VolumeSnapshot")
+    if failure == "error":
+        world.snapshot_done(snapshot, error="Failed to check and update snapshot content")
+        expected = "SnapshotFailed"
+    else:
+        world.advance(minutes=31)
+        expected = "SnapshotTimedOut"
+    for _ in range(3):
+        world.reconcile()
+    assert world.db is not None
+    deleting = world.condition("Deleting")
+    assert deleting["reason"] == expected
+    assert "set spec.deletionPolicy to Retain" in deleting["message"]
+    assert DATA in world.objects
+    assert reasons(world).count(expected) == 1  # one Warning, not one per reconcile
+    # The way out the message names: delete the snapshot, it is taken again.
+    del world.objects[("VolumeSnapshot", snapshot)]
+    world.converge()
+    world.snapshot_done(snapshot)
+    world.converge()
+    assert world.db is None
+
+
+def test_without_the_snapshot_api_a_final_backup_runs_while_the_server_still_runs() -> None:
+    world = created(World(database(), snapshot_api=False))
+    world.delete()
+    world.converge()
+    assert world.names("StatefulSet") == ["orders-pg16"]
+    job = world.get("Job", "orders-final-backup")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "docker.io/library/postgres:16.11"
+    assert {"name": "BACKUP_KIND", "value": "final"} in container["env"]
+    assert world.condition("Deleting")["reason"] == "FinalBackup"
+    assert world.names("CronJob") == []  # no scheduled backup competes for the volume
+    world.job_done("orders-final-backup")
+    world.converge()
+    assert world.db is None
+    assert DATA not in world.objects and BACKUPS in world.objects
+
+
+def test_a_final_backup_that_times_out_is_reported_and_the_database_stays() -> None:
+    world = created(World(database(), snapshot_api=False))
+    world.delete()
+    world.converge()
+    world.job_done("orders-final-backup", ok=False, reason="DeadlineExceeded")
+    world.converge()
+    assert world.db is not None
+    deleting = world.condition("Deleting")
+    assert deleting["reason"] == "FinalBackupFailed" and "DeadlineExceeded" in deleting["message"]
+    assert DATA in world.objects and world.names("StatefulSet") == ["orders-pg16"]
+    assert "FinalBackupFailed" in reasons(world)
+    world.edit(deletionPolicy="Retain")  # the user decides to keep the volumes instead
+    world.converge()
+    assert world.db is None and DATA in world.objects
+
+
+def test_a_database_that_never_had_data_goes_at_once() -> None:
+    world = World(database(), snapshot_api=False)
+    world.delete()
+    world.converge()
+    assert world.db is None

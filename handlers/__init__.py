@@ -17,8 +17,8 @@ from types import ModuleType
 from eventop.handlers.events import Event, ObjectRef
 from eventop.handlers.registry import Outcome, Registry, default, on
 
-BUILTIN = ("eventop.handlers.copy_rules", "eventop.handlers.exchange_rates",
-           "eventop.handlers.mirrors")
+BUILTIN = ("eventop.handlers.copy_rules", "eventop.handlers.databases",
+           "eventop.handlers.exchange_rates", "eventop.handlers.mirrors")
 
 
 class HandlerLoadError(ValueError):

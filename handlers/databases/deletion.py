@@ -6,11 +6,12 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
 
 * ``Retain``: the data volumes were never owned by anything (StatefulSet volume claims are
   not, unless a ``persistentVolumeClaimRetentionPolicy`` says so, which eventop leaves at
-  its Retain default, and which v1.24 does not even serve), so they stay; the credentials
-  Secret is released from the Database so it stays too (the kept data opens with its
-  passwords, and a Database created again under the same name adopts it).
-* ``Delete``: the servers are stopped (StatefulSets deleted in the foreground, so they are
-  gone only once their pods are), then every data volume is deleted, then the finalizer goes.
+  its Retain default, and which v1.24 does not even serve), so they stay; so does the
+  credentials Secret, never owned (the kept data opens with its passwords, and a Database
+  created again under the same name adopts it).
+* ``Delete``: the servers are stopped (StatefulSets deleted, and
+  awaited until gone), then every data volume and the credentials Secret are
+  deleted, then the finalizer goes.
 * ``Snapshot`` with the snapshot API served: the servers are stopped first, so the
   snapshots are of a cleanly shut down data directory; then a VolumeSnapshot of every data
   volume is taken and awaited (``readyToUse``); then the volumes are deleted. A snapshot that
@@ -59,17 +60,20 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     facts.deleting = step.condition
     new, events, _ = status.compute(db, facts, observed, spec.replicas)
     kept = [workload.backup_pvc(spec), *step.kept]
-    if observed.secret is not None and spec.deletion_policy != "Delete" and lifecycle.is_ours(
-            observed.secret, db):
-        kept.append(_released_secret(spec, observed.secret))
-    return Plan(children=step.children, status=new, kept=kept, deletions=step.deletions,
+    deletions = step.deletions
+    if observed.secret is not None and lifecycle.is_ours(observed.secret, db):
+        if spec.deletion_policy != "Delete":
+            kept.append(_kept_secret(spec, observed.secret))
+        elif step.finalize:
+            deletions = [*deletions, observed.secret]
+    return Plan(children=step.children, status=new, kept=kept, deletions=deletions,
                 events=events + step.events, finalize=step.finalize,
                 requeue_after=None if step.finalize else step.requeue_after)
 
 
 class _Step:
     def __init__(self, condition: Condition, *, children: list[Obj] | None = None,
-                 kept: list[Obj] | None = None, deletions: list[tuple[Obj, str]] | None = None,
+                 kept: list[Obj] | None = None, deletions: list[Obj] | None = None,
                  finalize: bool = False, events: list[Event] | None = None,
                  requeue_after: float | None = POLL) -> None:
         self.condition = condition
@@ -81,7 +85,7 @@ class _Step:
         self.requeue_after = requeue_after
 
 
-def _released_secret(spec: DatabaseSpec, secret: Obj) -> Obj:
+def _kept_secret(spec: DatabaseSpec, secret: Obj) -> Obj:
     have = Passwords.from_secret(secret)
     return workload.credentials_secret(spec, Passwords(
         app=have.get("password", ""), superuser=have.get("superuser-password", ""),
@@ -106,7 +110,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     if observed.statefulsets:
         return _Step(("True", "StoppingServers", "waiting for the servers to stop"),
                      children=done,
-                     deletions=[(sts, "Foreground") for sts in observed.statefulsets])
+                     deletions=list(observed.statefulsets))
     if policy == "Snapshot" and observed.snapshots is not None:
         snapshots = _snapshots(db, spec, observed)
         if not snapshots.finalize:
@@ -175,5 +179,5 @@ def _delete_volumes(observed: Observed, policy: str) -> _Step:
     else:
         events = []
     return _Step(("True", "DeletingVolumes", f"deleting data volumes: {', '.join(volumes)}"),
-                 deletions=[(pvc, "Background") for pvc in observed.data_pvcs], finalize=True,
+                 deletions=list(observed.data_pvcs), finalize=True,
                  events=events)

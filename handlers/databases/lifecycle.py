@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases import jobs, observe, status, workload
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import (
@@ -49,15 +50,17 @@ class Plan:
     """What one reconcile wants.
 
     ``children`` are owned by the Database (None: leave the children as they are, the spec
-    can not be acted on); ``kept`` are applied without an owner, so they outlive it;
-    ``deletions`` are deleted explicitly (``(object, propagation)``); ``finalize`` lets a
+    can not be acted on); ``kept`` are applied without an owner, so they outlive it (the
+    backup volume, snapshots, and the credentials Secret, which Retain and Snapshot keep:
+    the kept data opens with its passwords; Delete deletes it explicitly);
+    ``deletions`` are deleted explicitly; ``finalize`` lets a
     Database being deleted go (its finalizer removed).
     """
 
     children: list[Obj] | None
     status: Obj
     kept: list[Obj] = field(default_factory=list)
-    deletions: list[tuple[Obj, str]] = field(default_factory=list)
+    deletions: list[Obj] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     finalize: bool = False
     requeue_after: float | None = None
@@ -111,12 +114,16 @@ def _initialized_before(db: Obj) -> status.Condition:
 
 
 def is_ours(obj: Obj, db: Obj) -> bool:
-    """Owned by this Database, or labelled as a credentials Secret eventop made for a
-    Database of this name (one kept by an earlier Database: adopted with its passwords)."""
-    if is_owned_by(obj, db["metadata"]["uid"]):
+    """Owned by this Database or labelled with its uid; or an object eventop made for a
+    Database of this name that nothing controls any more (a Secret or backup volume an
+    earlier Database kept): adopted, passwords and backups included."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    uid = db["metadata"]["uid"]
+    if is_owned_by(obj, uid) or labels.get(PARENT_UID_LABEL) == uid:
         return True
-    labels = obj["metadata"].get("labels") or {}
-    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+    return (not any(r.get("controller") for r in meta.get("ownerReferences") or ())
+            and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
             and labels.get("app.kubernetes.io/instance") == label_value(db["metadata"]["name"])
             and labels.get("app.kubernetes.io/name") == workload.APP_NAME)
 
@@ -178,9 +185,8 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
             "the server does not know: restore the deleted Secret (or set the roles' "
             "passwords to the new ones as the postgres user inside the primary's pod)"))
     version, image = serving(db, spec, observed)
-    children: list[Obj] = [workload.config_map(spec), workload.headless_service(spec),
-                           workload.credentials_secret(spec, passwords(observed.secret,
-                                                                       new_password))]
+    children: list[Obj] = [workload.config_map(spec), workload.headless_service(spec)]
+    secret = workload.credentials_secret(spec, passwords(observed.secret, new_password))
     step = Step(serve=(version, image), build=(version, image))
     if (spec.version, spec.image) != (version, image):
         if is_lower(spec.version, version):
@@ -205,8 +211,8 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
     if facts.initialized[0] == "True":
         children.append(jobs.backup_cronjob(spec, (str(version), image), version.major))
     new, events, recheck = status.compute(db, facts, observed, spec.replicas)
-    return Plan(children=children, status=new, kept=[workload.backup_pvc(spec)], events=events,
-                requeue_after=recheck)
+    return Plan(children=children, status=new, kept=[secret, workload.backup_pvc(spec)],
+                events=events, requeue_after=recheck)
 
 
 @dataclass

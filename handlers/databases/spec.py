@@ -83,6 +83,7 @@ class Version:
 class DatabaseSpec:
     name: str
     namespace: str
+    uid: str
     version: Version  # resolved: the pinned minor filled in unless an image overrides it
     image: str
     replicas: int
@@ -155,6 +156,7 @@ def parse_spec(db: Obj) -> DatabaseSpec:
                         f"deletionPolicy {policy!r}: use one of {', '.join(DELETION_POLICIES)}")
     return DatabaseSpec(
         name=meta["name"], namespace=meta.get("namespace") or "default",
+        uid=str(meta.get("uid") or ""),
         version=version, image=image,
         replicas=int(spec.get("replicas", 1)), port=int(spec.get("port", 5432)),
         database_name=spec.get("databaseName") or default_database_name(meta["name"]),

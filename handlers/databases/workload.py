@@ -11,6 +11,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases import scripts
 from eventop.handlers.databases.spec import DatabaseSpec, Names
 from eventop.kube.objects import label_value, standard_labels
@@ -223,9 +224,12 @@ def statefulset(spec: DatabaseSpec, version_image: tuple[str, str], major: int, 
         "securityContext": container_security(),
         "volumeMounts": volume_mounts,
     }
+    # The volumes outlive the StatefulSet; the Database's uid in their labels is what lets
+    # its deletion policy delete exactly them (and no volume kept by an earlier Database).
     template = claim_template or {
         "metadata": {"name": "data", "labels": {**labels(spec, "server"),
-                                                MAJOR_LABEL: str(major)}},
+                                                MAJOR_LABEL: str(major),
+                                                PARENT_UID_LABEL: spec.uid}},
         "spec": {"accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": spec.storage_size}},
                  **({"storageClassName": spec.storage_class} if spec.storage_class else {})},

@@ -33,7 +33,7 @@ def test_delete_stops_the_servers_then_deletes_the_data_volumes_but_not_the_back
     world.delete()
     first = world.reconcile()
     assert world.db is not None, "the finalizer went before the servers stopped"
-    assert [(o["kind"], p) for o, p in first.deletions] == [("StatefulSet", "Foreground")]
+    assert [o["kind"] for o in first.deletions] == ["StatefulSet"]
     assert world.condition("Deleting")["reason"] == "StoppingServers"
     world.converge()
     assert world.db is None

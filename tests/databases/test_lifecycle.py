@@ -44,11 +44,11 @@ def test_a_new_database_gets_its_server_then_init_job_then_backups() -> None:
     assert ("Normal", "Initialized") in [(t, r) for t, r, _ in world.events]
 
 
-def test_the_backup_volume_is_never_owned_and_the_rest_is() -> None:
+def test_the_backup_volume_and_the_secret_are_never_owned_and_the_rest_is() -> None:
     world = created(World(database()))
-    assert ("PersistentVolumeClaim", "orders-backups") in world.objects
-    assert ("PersistentVolumeClaim", "orders-backups") not in world.owned
-    assert {("StatefulSet", "orders-pg16"), ("Secret", "orders-credentials"),
+    for kept in (("PersistentVolumeClaim", "orders-backups"), ("Secret", "orders-credentials")):
+        assert kept in world.objects and kept not in world.owned
+    assert {("StatefulSet", "orders-pg16"), ("ConfigMap", "orders-config"),
             ("CronJob", "orders-backup"), ("Service", "orders")} <= world.owned
 
 

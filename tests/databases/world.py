@@ -89,7 +89,7 @@ class World:
                 self._apply(child, owned=True)
         for obj in result.kept:
             self._apply(obj, owned=False)
-        for obj, _propagation in result.deletions:
+        for obj in result.deletions:
             self.objects.pop(self.key(obj), None)
             self.owned.discard(self.key(obj))
         self.db["status"] = copy.deepcopy(result.status)

@@ -1,0 +1,123 @@
+"""The Database handler on the reconcile engine: what it declares, what it reads, and how a
+:class:`~eventop.handlers.databases.lifecycle.Plan` becomes the engine's ``Desired``.
+
+Everything it decides is in :mod:`~eventop.handlers.databases.lifecycle` (live) and
+:mod:`~eventop.handlers.databases.deletion` (while the finalizer holds it); this module only
+gathers the children from the cache and hands the plan over:
+
+* owned children (Services, ConfigMap, StatefulSets, Jobs, the CronJob) are garbage
+  collected with the Database and pruned when no longer wanted;
+* the credentials Secret, the backup volume and deletion snapshots are written
+  ``owned=False`` (labelled with the Database's uid instead): they outlive it. A Database
+  created again under the same name adopts a Secret and backup volume an earlier one left;
+* Jobs are created once, never updated (their pod template is immutable);
+* data volumes are made by the StatefulSets and labelled with the Database's uid through the
+  volume claim template, so the deletion policy can delete exactly these;
+* the snapshot API is optional: without it, deletion takes a final backup, and readiness
+  never waits for it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from eventop.engine import Child, Controller, Desired, Kind, Note, Reads
+from eventop.handlers.databases import lifecycle
+from eventop.handlers.databases.jobs import SNAPSHOT_API
+from eventop.handlers.databases.lifecycle import Plan
+from eventop.handlers.databases.observe import Observed
+from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
+from eventop.handlers.databases.workload import APP_NAME
+from eventop.handlers.registry import Registry
+from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, label_value
+
+Obj = dict[str, Any]
+
+registry = Registry()
+
+OURS = f"app.kubernetes.io/name={APP_NAME},{MANAGED_BY_LABEL}={MANAGED_BY}"
+SNAPSHOT = Kind.of(f"{SNAPSHOT_API}/VolumeSnapshot", optional=True)
+
+databases = Controller(
+    "databases",
+    parent=f"{API_VERSION}/{KIND}",
+    owns=["v1/Secret", "v1/ConfigMap", "v1/Service", "v1/PersistentVolumeClaim",
+          "apps/v1/StatefulSet", "batch/v1/Job", "batch/v1/CronJob", SNAPSHOT],
+    finalizer=FINALIZER,
+    registry=registry,
+    module=__name__,
+)
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
+    """The Database's children as the cache holds them (no API request)."""
+    meta = db["metadata"]
+    ns = meta["namespace"]
+    instance = {"app.kubernetes.io/instance": label_value(meta["name"]),
+                "app.kubernetes.io/name": APP_NAME, MANAGED_BY_LABEL: MANAGED_BY}
+    names = Names.of(meta["name"])
+    return Observed(
+        now=now or datetime.now(UTC),
+        secret=reads.get("v1/Secret", names.secret, ns),
+        statefulsets=reads.children("apps/v1/StatefulSet"),
+        # the CronJob's Jobs are owned by the CronJob: found by their labels
+        jobs=reads.list("batch/v1/Job", ns, labels=instance),
+        cronjob=next(iter(reads.children("batch/v1/CronJob")), None),
+        data_pvcs=reads.list("v1/PersistentVolumeClaim", ns, labels={
+            **instance, "app.kubernetes.io/component": "server"}),
+        snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
+        else None,
+    )
+
+
+def desired(result: Plan) -> Desired:
+    children: list[Child] = []
+    for obj in result.children or []:
+        job = obj["kind"] == "Job"
+        children.append(Child(obj, mode="create" if job else "apply", force=not job))
+    children += [Child(obj, owned=False, force=True) for obj in result.kept]
+    return Desired(
+        children=children, prune=result.children is not None,
+        status=result.status,
+        events=[Note(kind, reason, message) for kind, reason, message in result.events],
+        delete=list(result.deletions),
+        requeue_after=result.requeue_after, done=result.finalize)
+
+
+@databases.reconcile
+def reconcile(db: Obj, reads: Reads) -> Desired:
+    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+
+
+@databases.finalize
+def finalize(db: Obj, reads: Reads) -> Desired:
+    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+
+
+@databases.adopts
+def adopts(db: Obj, existing: Obj) -> bool:
+    """A credentials Secret or backup volume an earlier Database of this name kept (Retain,
+    Snapshot) is taken over, passwords and backups included; nothing else."""
+    return existing.get("kind") in ("Secret", "PersistentVolumeClaim") and lifecycle.is_ours(
+        existing, db)
+
+
+@databases.maps("batch/v1/Job", selector=OURS)
+@databases.maps("v1/PersistentVolumeClaim", selector=OURS)
+def database_of(obj: Obj, reads: Reads) -> list[Obj]:
+    """A backup Job the CronJob made, a data volume: the Database of their labels."""
+    meta = obj.get("metadata") or {}
+    instance = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
+    return [db for db in reads.list(f"{API_VERSION}/{KIND}", meta.get("namespace"))
+            if label_value(db["metadata"]["name"]) == instance]
+
+
+@databases.maps(SNAPSHOT)
+def database_of_snapshot(obj: Obj, reads: Reads) -> list[Obj]:
+    return database_of(obj, reads)

@@ -1,0 +1,112 @@
+"""The Database handler on the engine (eventop.engine.testing.World: the engine's own
+planning and writing against an in-memory API server): children created once, nothing
+written by a second run, kept objects labelled instead of owned, the finalizer honoured."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from eventop.engine import PARENT_UID_LABEL
+from eventop.engine.testing import World
+from eventop.handlers.databases.controller import databases
+from eventop.handlers.databases.spec import FINALIZER
+from tests.databases.world import database
+
+Obj = dict[str, Any]
+DB = "eventop.dev/v1/Database"
+
+
+def fresh(**spec: Any) -> World:
+    db = database(**spec)
+    db["metadata"].pop("uid")
+    db["metadata"].pop("finalizers")
+    return World([db])
+
+
+def mark(world: World, kind: str, name: str, status: Obj) -> None:
+    obj = copy.deepcopy(world.get(kind, name, "shop"))
+    obj["status"] = status
+    world.put(obj)
+
+
+def job_complete(world: World, name: str) -> None:
+    mark(world, "batch/v1/Job", name, {"succeeded": 1, "completionTime": "2026-11-20T10:05:00Z",
+                                       "conditions": [{"type": "Complete", "status": "True"}]})
+
+
+def ready(world: World, name: str) -> None:
+    sts = world.get("apps/v1/StatefulSet", name, "shop")
+    want = sts["spec"]["replicas"]
+    mark(world, "apps/v1/StatefulSet", name, {
+        "observedGeneration": sts["metadata"]["generation"], "replicas": want,
+        "readyReplicas": want, "updatedReplicas": want, "currentRevision": "a",
+        "updateRevision": "a"})
+
+
+def test_a_database_converges_and_a_second_run_writes_nothing() -> None:
+    world = fresh()
+    world.converge(databases)
+    db = world.get(DB, "orders", "shop")
+    assert db["metadata"]["finalizers"] == [FINALIZER]
+    assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop") is not None
+    secret = world.get("v1/Secret", "orders-credentials", "shop")
+    assert not secret["metadata"].get("ownerReferences")
+    assert secret["metadata"]["labels"][PARENT_UID_LABEL] == db["metadata"]["uid"]
+    ready(world, "orders-pg16")
+    world.converge(databases)
+    job_complete(world, "orders-init")
+    world.converge(databases)
+    assert world.get("batch/v1/CronJob", "orders-backup", "shop") is not None
+    db = world.get(DB, "orders", "shop")
+    assert db["status"]["phase"] == "Ready"
+    password = secret["data"]["password"]
+    before = list(world.writes)
+    world.reconcile(databases, "orders", "shop")
+    assert world.writes == before
+    assert world.get("v1/Secret", "orders-credentials", "shop")["data"]["password"] == password
+
+
+def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
+    world = fresh(deletionPolicy="Snapshot")
+    world.converge(databases)
+    ready(world, "orders-pg16")
+    sts = world.get("apps/v1/StatefulSet", "orders-pg16", "shop")
+    template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
+    world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",  # the StatefulSet's
+               "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
+                            "labels": {**template["labels"],
+                                       **sts["spec"]["selector"]["matchLabels"]}},
+               "spec": {}})
+    world.converge(databases)
+    world.delete(DB, "orders", "shop")
+    world.converge(databases)
+    assert world.get(DB, "orders", "shop") is not None
+    assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop") is None
+    (snapshot,) = world.list("snapshot.storage.k8s.io/v1/VolumeSnapshot", "shop")
+    mark(world, "snapshot.storage.k8s.io/v1/VolumeSnapshot", snapshot["metadata"]["name"],
+         {"readyToUse": True})
+    world.converge(databases)
+    assert world.get(DB, "orders", "shop") is None
+    assert world.get("v1/PersistentVolumeClaim", "data-orders-pg16-0", "shop") is None
+    assert world.get("v1/PersistentVolumeClaim", "orders-backups", "shop") is not None
+    assert world.get("v1/Secret", "orders-credentials", "shop") is not None
+    assert world.list("snapshot.storage.k8s.io/v1/VolumeSnapshot", "shop")
+
+
+def test_a_database_created_again_adopts_the_kept_secret_and_its_passwords() -> None:
+    world = fresh(deletionPolicy="Retain")
+    world.converge(databases)
+    password = world.get("v1/Secret", "orders-credentials", "shop")["data"]["password"]
+    world.delete(DB, "orders", "shop")
+    world.converge(databases)
+    assert world.get(DB, "orders", "shop") is None
+    again = database()
+    again["metadata"].pop("uid")
+    again["metadata"].pop("finalizers")
+    world.put(again)
+    world.converge(databases)
+    secret = world.get("v1/Secret", "orders-credentials", "shop")
+    assert secret["data"]["password"] == password
+    new_uid = world.get(DB, "orders", "shop")["metadata"]["uid"]
+    assert secret["metadata"]["labels"][PARENT_UID_LABEL] == new_uid

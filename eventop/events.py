@@ -36,8 +36,6 @@ REF_PREFIX = APISERVER_PREFIX + "ref."
 #: The pattern (for ``@on``) matching every Kubernetes change, in both modes.
 ANY_KUBE_CHANGE = APISERVER_PREFIX + "*"
 CHANGES = ("add", "update", "delete")
-#: How the watch API names a change, and how the event type does.
-WATCH_TYPE_TO_CHANGE = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
 REFRESH_TYPE = "dev.eventop.exchangerates.refresh"
 PING_TYPE = "dev.knative.sources.ping"
 

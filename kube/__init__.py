@@ -1,11 +1,12 @@
 """Kubernetes access for handlers: one :class:`Kube` object, clear exceptions, pure helpers."""
 
-from eventop.kube.client import FIELD_MANAGER, Kube, now_rfc3339
+from eventop.kube.client import FIELD_MANAGER, Kube
 from eventop.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from eventop.kube.objects import (
     content_hash,
     is_owned_by,
     label_selector_string,
+    now_rfc3339,
     owner_reference,
     selector_matches,
     set_condition,

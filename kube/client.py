@@ -8,12 +8,10 @@ and never see HTTP.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import urllib3
@@ -23,12 +21,17 @@ from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 from prometheus_client import Counter
 
 from eventop.kube import errors
-from eventop.kube.objects import status_changed
+from eventop.kube.objects import kube_event, now_rfc3339, status_changed
 from eventop.kube.resources import Resource, ResourceTable
 
 log = logging.getLogger("eventop.kube")
 
 FIELD_MANAGER = "eventop"
+JSON = "application/json"
+#: Metadata-only reads (PartialObjectMetadata), with plain JSON as the fallback a server
+#: without them answers (content negotiation).
+LIST_METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+WATCH_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
 KUBE_REQUESTS = Counter(
@@ -37,10 +40,6 @@ KUBE_REQUESTS = Counter(
 )
 
 Obj = dict[str, Any]
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Kube:
@@ -118,13 +117,13 @@ class Kube:
 
     def request(self, method: str, path: str, *, verb: str,
                 query: list[tuple[str, Any]] | None = None, body: Any = None,
-                content_type: str | None = None,
+                content_type: str | None = None, accept: str = "application/json",
                 timeout: Any = None, stream: bool = False) -> Any:
         """One API call. Returns the parsed JSON body, or the open urllib3 response if ``stream``.
 
         Raises a :mod:`eventop.kube.errors` exception for any non-2xx answer or transport failure.
         """
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         elif body is not None:
@@ -150,21 +149,45 @@ class Kube:
 
     # -- resource resolution ---------------------------------------------------------
 
-    def resource(self, api_version: str, kind: str) -> Resource:
-        """The resource of a kind; unknown kinds are found once through API discovery."""
-        res = self.resources.by_kind(api_version, kind)
-        if res is not None:
-            return res
+    def discover(self, api_version: str, *, timeout: Any = None) -> list[Resource]:
+        """Every resource the API server serves in ``api_version`` (one discovery request,
+        which any authenticated client may make), added to :attr:`resources`; empty if it
+        serves no such group/version (a CRD not installed)."""
         group, _, version = api_version.rpartition("/")
         path = f"/apis/{api_version}" if group else f"/api/{version}"
-        doc = self.request("GET", path, verb="discovery")
-        for item in doc.get("resources", []):
-            if item.get("kind") == kind and "/" not in item.get("name", ""):
-                res = Resource(group, version, kind, item["name"], bool(item.get("namespaced")))
-                self.resources.add(res)
-                return res
-        raise errors.NotFound(f"the API server does not serve {kind} in {api_version}",
-                              reason="NotFound")
+        try:
+            doc = self.request("GET", path, verb="discovery", timeout=timeout)
+        except errors.NotFound:
+            return []
+        found = [Resource(group, version, str(item["kind"]), str(item["name"]),
+                          bool(item.get("namespaced")))
+                 for item in doc.get("resources") or [] if "/" not in str(item.get("name"))]
+        for res in found:
+            self.resources.add(res)
+        return found
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """The resource of a kind; kinds outside the static table are found once by
+        :meth:`discover`."""
+        return self._find(api_version, kind, self.resources.by_kind(api_version, kind),
+                          lambda r: r.kind == kind)
+
+    def resource_by_plural(self, api_version: str, plural: str) -> Resource:
+        """The resource named ``plural`` in ``api_version`` (how watch specs name them)."""
+        group, _, version = api_version.rpartition("/")
+        known = self.resources.by_plural(group, plural)
+        return self._find(api_version, plural,
+                          known if known is not None and known.version == version else None,
+                          lambda r: r.plural == plural)
+
+    def _find(self, api_version: str, what: str, known: Resource | None,
+              wanted: Callable[[Resource], bool]) -> Resource:
+        res = known or next((r for r in self.discover(api_version) if wanted(r)), None)
+        if res is None:
+            raise errors.NotFound(f"the API server does not serve {what} in {api_version} "
+                                  "(is its CustomResourceDefinition installed?)",
+                                  reason="NotFound")
+        return res
 
     # -- reads -----------------------------------------------------------------------
 
@@ -183,15 +206,32 @@ class Kube:
     def list(self, api_version: str, kind: str, namespace: str | None = None, *,
              label_selector: str | None = None, field_selector: str | None = None) -> list[Obj]:
         """Every object of a kind (all namespaces when ``namespace`` is None), paginated."""
-        return self.list_with_version(api_version, kind, namespace, label_selector=label_selector,
-                                      field_selector=field_selector)[0]
-
-    def list_with_version(self, api_version: str, kind: str, namespace: str | None = None, *,
-                          label_selector: str | None = None, field_selector: str | None = None,
-                          limit: int = 500) -> tuple[list[Obj], str]:
-        """Like :meth:`list`, plus the list's resourceVersion (where a watch would start)."""
         res = self.resource(api_version, kind)
-        items: list[Obj] = []
+        while True:
+            try:
+                items = [item for page in self.pages(res, namespace,
+                                                     label_selector=label_selector,
+                                                     field_selector=field_selector)
+                         for item in page["items"]]
+                for item in items:
+                    self.fill_kind(item, res)
+                return items
+            except errors.ContinueExpired:
+                continue  # the snapshot expired between two pages: list anew
+
+    def pages(self, res: Resource, namespace: str | None = None, *,
+              label_selector: str | None = None, field_selector: str | None = None,
+              limit: int = 500, metadata_only: bool = False,
+              timeout: Any = None) -> Iterator[Obj]:
+        """The pages of a LIST as the server sends them, one at a time, so 10,000 objects are
+        never all in memory at once (items of built-in kinds lack apiVersion and kind: see
+        :meth:`fill_kind`). The last page's ``metadata.resourceVersion`` is the list's, where
+        a watch starts.
+
+        ``metadata_only`` asks for PartialObjectMetadata. Raises
+        :class:`~eventop.kube.errors.ContinueExpired` if the list's snapshot expired between
+        two pages: the caller must start over (pages already seen may be stale).
+        """
         cont = ""
         while True:
             query: list[tuple[str, Any]] = [("limit", limit)]
@@ -201,21 +241,34 @@ class Kube:
                 query.append(("fieldSelector", field_selector))
             if cont:
                 query.append(("continue", cont))
-            page = self.request("GET", res.path(namespace), verb="list", query=query)
-            for item in page.get("items") or []:
-                item.setdefault("apiVersion", res.api_version)
-                item.setdefault("kind", res.kind)
-                items.append(item)
-            meta = page.get("metadata") or {}
-            cont = meta.get("continue") or ""
+            try:
+                page = self.request("GET", res.path(namespace), verb="list", query=query,
+                                    accept=LIST_METADATA if metadata_only else JSON,
+                                    timeout=timeout)
+            except errors.Expired as exc:
+                if cont:
+                    raise errors.ContinueExpired(exc.message, status=410, reason=exc.reason,
+                                                 body=exc.body) from exc
+                raise
+            page["items"] = page.get("items") or []
+            yield page
+            cont = (page.get("metadata") or {}).get("continue") or ""
             if not cont:
-                return items, str(meta.get("resourceVersion") or "")
+                return
+
+    @staticmethod
+    def fill_kind(obj: Obj, res: Resource, metadata_only: bool = False) -> None:
+        """Give a listed (or PartialObjectMetadata) object its resource's apiVersion/kind."""
+        if metadata_only or not obj.get("kind"):
+            obj["apiVersion"] = res.api_version
+            obj["kind"] = res.kind
 
     def iter_watch(self, res: Resource, namespace: str | None, query: list[tuple[str, Any]],
-                   timeout: Any) -> Iterator[bytes]:
-        """Open a watch and yield its raw lines (the watcher parses and resumes them)."""
+                   timeout: Any, *, metadata_only: bool = False) -> Iterator[bytes]:
+        """Open a watch and yield its raw lines (the reflector parses and resumes them)."""
         resp = self.request("GET", res.path(namespace), verb="watch",
-                            query=[("watch", "true"), *query], timeout=timeout, stream=True)
+                            query=[("watch", "true"), *query], timeout=timeout, stream=True,
+                            accept=WATCH_METADATA if metadata_only else JSON)
         try:
             buf = b""
             for chunk in resp.stream(65536, decode_content=True):
@@ -325,34 +378,19 @@ class Kube:
         Best effort, like client-go's recorder: a failure to record is logged, never
         raised, so reporting can not break a reconcile.
         """
-        meta = involved.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        key = f"{meta.get('uid')}/{event_type}/{reason}/{message}".encode()
-        # A name of 253 characters at most (the object's own may be that long), and still a
-        # DNS subdomain where it is cut: no "-" or "." before the suffix's dot.
-        prefix = str(meta.get("name"))[:253 - 17].rstrip("-.")
-        name = f"{prefix}.{hashlib.sha256(key).hexdigest()[:16]}"
-        now = now_rfc3339()
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
-            "involvedObject": {
-                "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
-                "name": meta.get("name"), "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": event_type, "reason": reason, "message": message[:1024],
-            "source": {"component": component}, "reportingComponent": component,
-            "reportingInstance": os.environ.get("HOSTNAME", component),
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        event = kube_event(involved, event_type, reason, message, now_rfc3339(),
+                           component=component,
+                           instance=os.environ.get("HOSTNAME", component))
+        meta, name, ns = involved.get("metadata") or {}, event["metadata"]["name"], \
+            event["metadata"]["namespace"]
         try:
             try:
                 self.create(event)
             except errors.Conflict:  # posted before (its name is derived from it): count it
                 existing = self.get("v1", "Event", name, ns)
                 self.patch("v1", "Event", name, ns,
-                           {"count": int(existing.get("count") or 1) + 1, "lastTimestamp": now})
+                           {"count": int(existing.get("count") or 1) + 1,
+                            "lastTimestamp": event["lastTimestamp"]})
         except errors.KubeError as exc:
             log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
                         message, exc)
@@ -371,13 +409,7 @@ class Kube:
             by_version.setdefault(api_version, set()).add(kind)
         missing = []
         for api_version, wanted in sorted(by_version.items()):
-            path = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
-            try:
-                doc = self.request("GET", path, verb="discovery", timeout=(2.0, 3.0))
-            except errors.NotFound:
-                doc = {}
-            served = {r.get("kind") for r in doc.get("resources") or []
-                      if "/" not in str(r.get("name", ""))}
+            served = {r.kind for r in self.discover(api_version, timeout=(2.0, 3.0))}
             missing += [f"{kind}.{api_version}" for kind in sorted(wanted - served)]
         return missing
 

@@ -44,6 +44,15 @@ class Conflict(KubeError):
     status = 409
 
 
+class Expired(Conflict):
+    """410 Gone: the resourceVersion asked for is older than the server's history."""
+    status = 410
+
+
+class ContinueExpired(Expired):
+    """410 on a LIST's continue token: the snapshot it paged through is gone; list anew."""
+
+
 class Invalid(KubeError):
     """422 (or 400): the API server rejected the object; ``causes`` names the fields."""
     status = 422
@@ -63,7 +72,7 @@ class Unavailable(KubeError):
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
-    400: Invalid, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Conflict, 422: Invalid,
+    400: Invalid, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Expired, 422: Invalid,
 }
 
 

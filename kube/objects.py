@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 Obj = dict[str, Any]
@@ -14,6 +15,36 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 #: A valid label value: at most 63 characters of this shape (the API server's rule).
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def now_rfc3339() -> str:
+    """Now, as Kubernetes writes times (RFC 3339, seconds, UTC)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def kube_event(involved: Obj, event_type: str, reason: str, message: str, now: str, *,
+               component: str, instance: str) -> Obj:
+    """A core/v1 Event about ``involved``. Its name is derived from what it says, so the
+    same Event posted again finds the first one (and bumps its ``count``)."""
+    meta = involved.get("metadata") or {}
+    key = f"{meta.get('uid')}/{event_type}/{reason}/{message}".encode()
+    # A name of 253 characters at most (the object's own may be that long), and still a
+    # DNS subdomain where it is cut: no "-" or "." before the suffix's dot.
+    prefix = str(meta.get("name"))[:253 - 17].rstrip("-.")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{prefix}.{hashlib.sha256(key).hexdigest()[:16]}",
+                     "namespace": meta.get("namespace") or "default"},
+        "involvedObject": {
+            "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+            "name": meta.get("name"), "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": event_type, "reason": reason, "message": message[:1024],
+        "source": {"component": component}, "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
 
 
 def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:

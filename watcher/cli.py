@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,16 +21,11 @@ import requests
 
 from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError
+from eventop.kube.reflector import WatchSettings
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
-from eventop.watcher.watch import (
-    DEFAULT_RESOURCES,
-    ResourceSpec,
-    Watcher,
-    WatchSettings,
-    parse_resources,
-    resolve,
-)
+from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resources
+from eventop.watcher.watch import Watcher
 
 log = logging.getLogger("eventop.watcher")
 
@@ -228,64 +222,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if lost.is_set() or left else 0
 
 
-def _file_stem(path: str) -> str:
-    return path.strip("/").replace("/", "_")
-
-
 def cmd_record(args: argparse.Namespace) -> int:
     """LIST then watch each resource for ``--seconds``, saving what the server sent verbatim."""
+    from eventop.watcher.record import record
+
     kube = _connect(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    specs = [ResourceSpec.parse(r) for r in args.resource]
-    threads = []
-    counts: dict[str, int] = {}
-    for spec in specs:
-        res = resolve(kube, spec)
-        stem = _file_stem(res.path(spec.namespace))
-        selector = [("labelSelector", spec.label_selector)] if spec.label_selector else []
-        items, rv, cont = [], "", ""
-        doc: dict[str, Any] = {}
-        while True:
-            query: list[tuple[str, Any]] = [("limit", 500), *selector]
-            if cont:
-                query.append(("continue", cont))
-            doc = kube.request("GET", res.path(spec.namespace), verb="list", query=query)
-            items.extend(doc.get("items") or [])
-            cont = (doc.get("metadata") or {}).get("continue") or ""
-            if not cont:
-                rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
-                break
-        doc["items"] = items
-        (args.out / f"{stem}.list.json").write_text(json.dumps(doc, indent=1) + "\n")
-
-        def watch(spec: ResourceSpec = spec, stem: str = stem, rv: str = rv,
-                  selector: list[tuple[str, Any]] = selector) -> None:
-            n = 0
-            deadline = time.monotonic() + args.seconds
-            with open(args.out / f"{stem}.watch.jsonl", "wb") as fh:
-                while (left := deadline - time.monotonic()) > 1:
-                    query = [("resourceVersion", rv), ("allowWatchBookmarks", "true"),
-                             ("timeoutSeconds", int(left)), *selector]
-                    try:
-                        for line in kube.iter_watch(resolve(kube, spec), spec.namespace, query,
-                                                    (5.0, left + 10)):
-                            fh.write(line + b"\n")
-                            fh.flush()
-                            n += 1
-                            obj = json.loads(line).get("object") or {}
-                            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                    except Exception as exc:  # keep what was recorded; the caller sees the log
-                        log.error("recording %s stopped early: %s", spec, exc)
-                        break
-            counts[str(spec)] = n
-
-        t = threading.Thread(target=watch, daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    for spec in specs:
-        print(f"{spec}: {counts.get(str(spec), 0)} watch lines")
+    counts = record(kube, [ResourceSpec.parse(r) for r in args.resource], args.out,
+                    args.seconds)
+    for spec, lines in counts.items():
+        print(f"{spec}: {lines} watch lines")
     return 0
 
 

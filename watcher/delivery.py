@@ -38,7 +38,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import random
 import threading
 import time
 from collections import deque
@@ -53,6 +52,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import Counter, Gauge
 
 from eventop.events import to_http
+from eventop.kube.backoff import Backoff
 
 log = logging.getLogger("eventop.watcher.delivery")
 
@@ -69,18 +69,6 @@ QUEUE_DEPTH = Gauge("eventop_watcher_queue_depth",
 RETRY_STATUSES = frozenset({404, 408, 409, 429})
 #: Answers that say the sink as a whole cannot take events now (not this event's fault).
 SINK_STATUSES = frozenset({404, 429, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter: attempt n waits between d/2 and d, d = base * 2**n."""
-
-    base: float = 0.5
-    cap: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        d = min(self.cap, self.base * (2 ** min(attempt, 30)))
-        return d / 2 + random.uniform(0, d / 2)
 
 
 @dataclass(frozen=True)

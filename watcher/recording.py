@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from eventop.events import WATCH_TYPE_TO_CHANGE
+from eventop.kube.reflector import WATCH_TYPE_TO_CHANGE, parse_watch_line
 
 log = logging.getLogger("eventop.watcher.recording")
 
@@ -43,18 +43,6 @@ def _files(paths: PathLike | Iterable[PathLike], suffixes: tuple[str, ...]) -> l
         else:
             raise FileNotFoundError(f"recording {p} does not exist")
     return out
-
-
-def parse_watch_line(line: str | bytes) -> tuple[str, Obj]:
-    """One watch line as (watch type, object); ValueError if it is not one (e.g. cut short)."""
-    try:
-        ev = json.loads(line)
-        wtype, obj = ev["type"], ev["object"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"not a watch event: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise ValueError("not a watch event: its object is not a JSON object")
-    return str(wtype), obj
 
 
 def read_watch_file(path: PathLike) -> Iterator[tuple[str, Obj]]:

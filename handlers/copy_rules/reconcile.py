@@ -45,8 +45,7 @@ from eventop.handlers.copy_rules.desired import (
     source_namespaces,
     winning_sources,
 )
-from eventop.kube import errors
-from eventop.kube.client import now_rfc3339
+from eventop.kube import errors, now_rfc3339
 from eventop.kube.objects import label_selector_string, set_condition
 
 log = logging.getLogger("eventop.copy_rules")

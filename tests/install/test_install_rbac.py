@@ -494,7 +494,7 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
     watches every default resource; what it asked for is what it needs. Leader election is
     off there (one replica), so no Lease access; turned on in the manifest, it would be
     derived here too."""
-    from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+    from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec
 
     wanted = {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
     with Sink() as sink:
@@ -542,7 +542,7 @@ def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:
 
 
 def test_apiserversource_watches_the_watchers_resources_read_only() -> None:
-    from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec
+    from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec
 
     objs = render("knative")
     source = find(objs, "ApiServerSource", "eventop")

@@ -157,7 +157,9 @@ def test_lists_paginate_with_limit_and_continue(k: Kube, http: Http) -> None:
                          params={"limit": "3", "continue": page["metadata"]["continue"]})[1]
         names += [o["metadata"]["name"] for o in page["items"]]
     assert names == sorted([f"cm-{i}" for i in range(7)] + ["kube-root-ca.crt"])
-    items, rv = k.list_with_version("v1", "ConfigMap", "default", limit=2)
+    pages = list(k.pages(k.resource("v1", "ConfigMap"), "default", limit=2))
+    items, rv = [i for p in pages for i in p["items"]], pages[-1]["metadata"]["resourceVersion"]
+    assert len(pages) == 4
     assert len(items) == 8 and int(rv) > 0
 
 

@@ -120,7 +120,8 @@ def test_many_objects_list_and_watch_without_trouble(lk: LocalKube) -> None:
     kube = Kube.connect(url=lk.url)
     for i in range(2000):
         lk.put(cm(f"c{i:05d}", f"ns-{i % 20}"))
-    items, rv = kube.list_with_version("v1", "ConfigMap")
+    pages = list(kube.pages(kube.resource("v1", "ConfigMap")))
+    items, rv = [i for p in pages for i in p["items"]], pages[-1]["metadata"]["resourceVersion"]
     assert len(items) == 2000 + 24  # plus a kube-root-ca.crt per namespace
     http = Http(lk.url)
     lk.put(cm("late"))

@@ -201,7 +201,8 @@ def test_watch_events_for_custom_resources_have_sorted_keys(lk: LocalKube, k: Ku
 
 
 def test_the_official_client_resumes_a_watch_through_kube(lk: LocalKube, k: Kube) -> None:
-    items, rv = k.list_with_version("v1", "ConfigMap", "default")
+    (page,) = k.pages(k.resource("v1", "ConfigMap"), "default")
+    items, rv = page["items"], page["metadata"]["resourceVersion"]
     k.create(cm("x"))
     res = k.resource("v1", "ConfigMap")
     lines = list(k.iter_watch(res, "default", [("resourceVersion", rv),

@@ -12,7 +12,7 @@ import pytest
 
 from eventop.watcher.cli import build_parser, main
 from eventop.watcher.recording import load_recording
-from eventop.watcher.watch import DEFAULT_RESOURCES, ResourceSpec, parse_resources
+from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resources
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,11 @@ import pytest
 import requests
 
 from eventop.kube import Kube
+from eventop.kube.reflector import WatchSettings
 from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
 from eventop.watcher.recording import load_initial, load_recording
-from eventop.watcher.watch import ResourceSpec, Watcher, WatchSettings
+from eventop.watcher.specs import ResourceSpec
+from eventop.watcher.watch import Watcher
 from tests.support.processes import WatcherProcess, free_port
 from tests.support.waiting import wait_until
 

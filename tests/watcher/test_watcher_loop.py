@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from eventop.kube import Unavailable
+from eventop.kube import Kube, Unavailable
 from eventop.kube.errors import Conflict
+from eventop.kube.reflector import WatchSettings
 from eventop.kube.resources import Resource, ResourceTable
 from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
-from eventop.watcher.watch import DELETED_UNWATCHED, ResourceSpec, ResourceWatcher, WatchSettings
+from eventop.watcher.specs import ResourceSpec
+from eventop.watcher.watch import DELETED_UNWATCHED, ResourceWatcher
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 EXPIRED_LINE = (REC / "watch-expired" / "api_v1_configmaps.watch-from-rv1.jsonl").read_bytes()
@@ -45,10 +47,11 @@ def bookmark(rv: int) -> bytes:
                              "metadata": {"resourceVersion": str(rv)}})
 
 
-class ScriptedKube:
-    """Answers LISTs and watches from a script; records what was asked."""
+class ScriptedKube(Kube):
+    """Answers LISTs and watches from a script; records what was asked. Pagination, kind
+    filling and resource lookup are the real client's, over the scripted ``request``."""
 
-    host = "https://scripted:6443"
+    host = "https://scripted:6443"  # type: ignore[assignment]
 
     def __init__(self, lists: list[list[dict[str, Any]] | Exception],
                  watches: list[list[bytes] | Exception]) -> None:

@@ -8,15 +8,17 @@ status only when it changed and ignores the echoes of its own writes. ``docs/ENG
 the contract; :mod:`eventop.engine.testing` runs a controller without a server.
 
 Modules: ``kinds`` (naming kinds and parents), ``controller`` (the declaration),
-``desired`` (what a function returns and the outcome it is told), ``reads`` (cached reads),
+``desired`` (what a function returns and the outcome it is told), ``invalid`` (a parent
+whose spec can not be acted on: :class:`SpecError`), ``reads`` (cached reads),
 ``plan`` (what to write, pure), ``write`` (writing it), ``run`` (one run), ``testing``.
 """
 
 from eventop.engine.controller import Controller
 from eventop.engine.desired import Child, Conflict, Desired, Note, Outcome, WriteError
+from eventop.engine.invalid import SpecError
 from eventop.engine.kinds import Key, Kind
 from eventop.engine.plan import PARENT_UID_LABEL
 from eventop.engine.reads import NotCached, Reads, UndeclaredKind
 
 __all__ = ["PARENT_UID_LABEL", "Child", "Conflict", "Controller", "Desired", "Key", "Kind",
-           "NotCached", "Note", "Outcome", "Reads", "UndeclaredKind", "WriteError"]
+           "NotCached", "Note", "Outcome", "Reads", "SpecError", "UndeclaredKind", "WriteError"]

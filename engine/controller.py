@@ -62,14 +62,17 @@ class Controller:
       reading a kind not declared anywhere is an error that names it;
     * ``registry``: where to register it (else call ``registry.add(controller)``);
     * ``conflict_events``: post a Warning Event when a desired child's name is taken by an
-      object this parent does not own (False when the handler reports conflicts itself).
+      object this parent does not own (False when the handler reports conflicts itself);
+    * ``degraded_condition``: the type of a condition the parent's status holds True while
+      something is wrong (``"Degraded"``); an invalid spec (:class:`SpecError`) sets it True
+      with the same reason and message as ``Ready=False``.
     """
 
     def __init__(self, name: str | None = None, *, parent: KindSpec,
                  owns: Iterable[KindSpec] = (), reads: Iterable[KindSpec] = (),
                  field_manager: str | None = None, finalizer: str | None = None,
                  registry: Registry | None = None, conflict_events: bool = True,
-                 module: str | None = None) -> None:
+                 degraded_condition: str | None = None, module: str | None = None) -> None:
         from eventop.handlers.registry import field_manager_for
 
         self.module = module or _caller_module()
@@ -80,6 +83,7 @@ class Controller:
         self.field_manager = field_manager or field_manager_for(self.module, self.name)
         self._finalizer = finalizer
         self.conflict_events = conflict_events
+        self.degraded_condition = degraded_condition
         self.reconcile_fn: ReconcileFn | None = None
         self.finalize_fn: ReconcileFn | None = None
         self.adopt_fn: AdoptFn | None = None

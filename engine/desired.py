@@ -61,11 +61,18 @@ class Child:
 
 @dataclass(frozen=True)
 class Note:
-    """A Kubernetes Event to post about the parent: ``type`` is Normal or Warning."""
+    """A Kubernetes Event to post about the parent: ``type`` is Normal or Warning.
+
+    Posted only by a run that changed the status, unless ``every_run``: then by every run
+    that returns it, for a failure that recurs at each scheduled attempt while the status
+    stays the same (a provider down at every refresh); the API server counts the repeats on
+    the one Event (``count``, ``lastTimestamp``), as it does for the kubelet's BackOff.
+    """
 
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    every_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class WriteError:
     name: str
     message: str
     status: int = 0
+    #: The API server's reason (``Invalid``, ``Forbidden``...), when it gave one.
+    reason: str = ""
 
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
@@ -150,7 +159,7 @@ class Desired:
       merge-patched only when it differs from the status the parent has;
     * ``events``: Kubernetes Events (:class:`Note`), or a function of the Outcome returning
       them; posted only by a run that changed the status (so a stuck state does not post an
-      Event per event), or every time when ``status`` is None;
+      Event per event), or every time when ``status`` is None or the Note says ``every_run``;
     * ``delete``: objects to delete (uid precondition), owned or labelled as this parent's;
     * ``requeue_after``: run again after this many seconds even if nothing changes (waiting
       for a Job, a periodic check); failures are retried with backoff anyway;

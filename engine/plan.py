@@ -178,7 +178,7 @@ def contains(have: Any, want: Any) -> bool:
 def replacement(existing: Obj, desired: Obj) -> Obj:
     """The PUT body for ``"replace"``: exactly the desired content; the existing metadata
     (resourceVersion precondition, others' labels, annotations, owners, finalizers) kept,
-    ours merged in."""
+    ours merged in, and another controller's reference replaced by ours."""
     body = {k: v for k, v in desired.items() if k != "metadata"}
     old, new = existing.get("metadata") or {}, desired["metadata"]
     meta = {k: v for k, v in old.items() if k != "managedFields"}
@@ -187,8 +187,14 @@ def replacement(existing: Obj, desired: Obj) -> Obj:
         if merged:
             meta[key] = merged
     refs = list(old.get("ownerReferences") or [])
+    ours = list(new.get("ownerReferences") or ())
+    if any(r.get("controller") for r in ours):
+        # An object has one controller: taking it over (adopts) drops the earlier one's
+        # reference, which the API server would otherwise refuse next to ours.
+        mine = {r.get("uid") for r in ours}
+        refs = [r for r in refs if not r.get("controller") or r.get("uid") in mine]
     known = {r.get("uid") for r in refs}
-    refs += [r for r in new.get("ownerReferences") or () if r.get("uid") not in known]
+    refs += [r for r in ours if r.get("uid") not in known]
     if refs:
         meta["ownerReferences"] = refs
     body["metadata"] = meta

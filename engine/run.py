@@ -16,10 +16,12 @@ from typing import Any
 
 from eventop.engine.controller import Controller
 from eventop.engine.desired import Desired, Note, Outcome
+from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
 from eventop.engine.reads import Reads
 from eventop.engine.write import Writer, execute
+from eventop.kube import now_rfc3339
 from eventop.kube.objects import status_changed
 
 log = logging.getLogger("eventop.engine")
@@ -45,8 +47,10 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         submit: Callable[..., Any] | None = None,
         terminating: Callable[[str], bool] = lambda _ns: False,
         seen_conflicts: dict[str, set[str]] | None = None) -> RunResult:
-    """Converge one parent. Exceptions (the handler's, an unavailable API server) propagate:
-    the caller answers the events 5xx and retries with backoff."""
+    """Converge one parent. A :class:`~eventop.engine.invalid.SpecError` from the function is
+    reported on the parent (see :mod:`eventop.engine.invalid`) and the run succeeds; other
+    exceptions (the handler's, an unavailable API server) propagate: the caller answers the
+    events 5xx and retries with backoff."""
     if parent is None:
         return RunResult(key, f"{ctl.parent.kind} {key} is gone; its owned children go with "
                               "it (garbage collection)")
@@ -58,7 +62,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
     if deleting:
         assert ctl.finalize_fn is not None
-        desired = _call(ctl, ctl.finalize_fn, parent, reads)
+        desired = _call(ctl, ctl.finalize_fn, parent, reads, deleting=True)
     else:
         if finalizer and finalizer not in finalizers:
             parent = writer.set_finalizer(parent, finalizer, True)
@@ -74,8 +78,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     if status is not None and status_changed(parent.get("status") or {}, status):
         parent = writer.patch_status(parent, status)
         result.status_written = True
-    if result.status_written or status is None:
-        result.notes = desired.notes_for(outcome)
+    notes = desired.notes_for(outcome)
+    result.notes = notes if result.status_written or status is None \
+        else [n for n in notes if n.every_run]
     if ctl.conflict_events and seen_conflicts is not None:
         result.notes += _new_conflicts(ctl, parent, outcome, seen_conflicts.setdefault(uid, set()))
     for note in result.notes:
@@ -87,8 +92,11 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
 
 
 def _call(ctl: Controller, fn: Callable[[Obj, Reads], Desired], parent: Obj,
-          reads: Reads) -> Desired:
-    desired = fn(parent, reads)
+          reads: Reads, *, deleting: bool = False) -> Desired:
+    try:
+        desired = fn(parent, reads)
+    except SpecError as exc:
+        return invalid_spec(ctl, parent, exc, now_rfc3339(), deleting=deleting)
     if not isinstance(desired, Desired):
         raise TypeError(f"handler {ctl.name!r}: {fn.__qualname__} returned "
                         f"{type(desired).__name__}, not Desired")

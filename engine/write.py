@@ -165,4 +165,5 @@ def _terminating(exc: errors.KubeError) -> bool:
 def _error(action: Action, exc: BaseException, status: int) -> WriteError:
     message = getattr(exc, "message", None) or str(exc)
     return WriteError(action.verb, action.kind, action.namespace, action.name,
-                      message.strip().splitlines()[0] if message.strip() else message, status)
+                      message.strip().splitlines()[0] if message.strip() else message, status,
+                      str(getattr(exc, "reason", "") or ""))

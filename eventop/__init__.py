@@ -24,6 +24,7 @@ _EXPORTS = {
     "Desired": "eventop.engine",
     "Kind": "eventop.engine",
     "Note": "eventop.engine",
+    "SpecError": "eventop.engine",
     "on": "eventop.handlers",
     "Registry": "eventop.handlers",
     "Event": "eventop.handlers",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from eventop.engine import Child, Controller, Desired, Key, Note, UndeclaredKind
+from eventop.engine import Child, Controller, Desired, Key, Note, SpecError, UndeclaredKind
 from eventop.engine.plan import PARENT_UID_LABEL
 from eventop.engine.testing import World
 from eventop.handlers import Registry
@@ -220,3 +220,125 @@ def test_registry_refuses_two_controllers_of_one_name() -> None:
     Controller("same", parent=TEAM, registry=registry)
     with pytest.raises(ValueError, match="two controllers are named 'same'"):
         Controller("same", parent=TEAM, registry=registry)
+
+
+def strict_teams(**options: Any) -> Controller:
+    """Teams whose members must be lower-case: an upper-case name is an invalid spec."""
+    ctl = Controller("strict", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry(),
+                     **options)
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        bad = [m for m in t["spec"]["members"] if m != m.lower()]
+        if bad:
+            raise SpecError(f"spec.members: {', '.join(bad)} must be lower-case",
+                            reason="InvalidMember")
+        return Desired([Child(roster(t))], status={"members": len(t["spec"]["members"])})
+    return ctl
+
+
+def test_an_invalid_spec_is_reported_in_status_and_once_as_a_warning() -> None:
+    world = World([team("a", ["ann", "BOB"])])
+    ctl = strict_teams()
+    for _ in range(3):
+        world.reconcile(ctl, "a", "teams")
+    status = world.get(TEAM, "a", "teams")["status"]
+    assert status["observedGeneration"] == 1
+    (ready,) = status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False",
+                                                                 "InvalidMember")
+    assert ready["message"] == "spec.members: BOB must be lower-case"
+    assert ready["observedGeneration"] == 1
+    assert [(n.type, n.reason, n.message) for _, n in world.events] == [
+        ("Warning", "InvalidMember", "spec.members: BOB must be lower-case")]
+    assert world.writes == [("status", "Team", "teams", "a")]
+
+
+def test_an_invalid_spec_leaves_the_children_it_had() -> None:
+    world = World([team("a", ["ann"])])
+    ctl = strict_teams()
+    world.converge(ctl)
+    world.put({**team("a", ["ann", "BOB"]), "metadata": {
+        **world.get(TEAM, "a", "teams")["metadata"], "generation": 2}})
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"members": "ann"}
+    assert world.get(TEAM, "a", "teams")["status"]["observedGeneration"] == 2
+
+
+def test_spec_error_reason_defaults_to_invalid_spec_and_sets_a_declared_degraded_condition(
+        ) -> None:
+    ctl = Controller("plain", parent=TEAM, registry=Registry(), degraded_condition="Degraded")
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        raise SpecError("spec.members is required")
+    world = World([team("a", [])])
+    world.reconcile(ctl, "a", "teams")
+    conditions = {c["type"]: c for c in world.get(TEAM, "a", "teams")["status"]["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False",
+                                                                              "InvalidSpec")
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == (
+        "True", "InvalidSpec")
+    assert conditions["Degraded"]["message"] == "spec.members is required"
+
+
+def test_a_parent_being_deleted_with_an_invalid_spec_keeps_its_finalizer() -> None:
+    ctl = strict_teams()
+    ctl.finalize(lambda t, reads: ctl.reconcile_fn(t, reads))  # type: ignore[misc]
+    world = World([team("a", ["ann"])])
+    world.converge(ctl)
+    world.put({**team("a", ["BOB"]), "metadata": world.get(TEAM, "a", "teams")["metadata"]})
+    world.delete(TEAM, "a", "teams")
+    world.reconcile(ctl, "a", "teams")
+    assert world.get(TEAM, "a", "teams") is not None
+    assert world.get(TEAM, "a", "teams")["status"]["conditions"][0]["reason"] == "InvalidMember"
+
+
+def test_every_run_notes_are_posted_even_when_the_status_is_unchanged() -> None:
+    ctl = Controller("flaky", parent=TEAM, registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        return Desired(status={"ready": False},
+                       events=[Note("Warning", "Down", "the provider is down", every_run=True),
+                               Note("Normal", "Once", "only with a status change")])
+    world = World([team("a", [])])
+    for _ in range(3):
+        world.reconcile(ctl, "a", "teams")
+    assert [n.reason for _, n in world.events] == ["Down", "Once", "Down", "Down"]
+    assert [w[0] for w in world.writes] == ["status"]
+
+
+def test_adopting_by_replace_drops_the_earlier_controller_keeps_other_owners() -> None:
+    t = team("a", ["ann"])
+    keeper = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keeper", "uid": "u-keeper"}
+    earlier = {"apiVersion": "example.com/v1", "kind": "Team", "name": "a", "uid": "u-earlier",
+               "controller": True, "blockOwnerDeletion": True}
+    world = World([t, roster(t, data={"members": "old"}, metadata={
+        "name": "a-roster", "namespace": "teams", "ownerReferences": [keeper, earlier]})])
+    ctl = teams_controller()
+    ctl.adopts(lambda parent, obj: True)
+    world.converge(ctl)
+    cm = world.get("v1/ConfigMap", "a-roster", "teams")
+    uid = world.get(TEAM, "a", "teams")["metadata"]["uid"]
+    assert [(r["name"], r["uid"]) for r in cm["metadata"]["ownerReferences"]] == [
+        ("keeper", "u-keeper"), ("a", uid)]
+    assert cm["data"] == {"members": "ann"}
+
+
+def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
+    from eventop.engine.plan import Action, Plan
+    from eventop.engine.write import execute
+    from eventop.kube import errors
+
+    class Refusing:
+        def apply(self, obj: Obj, *, force: bool) -> Obj:
+            raise errors.Invalid("spec: Forbidden: field is immutable\n  diff...", status=422,
+                                 reason="Invalid")
+
+    action = Action("apply", "ConfigMap", "teams", "a-roster", roster(team("a", ["ann"])),
+                    roster(team("a", [])), Child(roster(team("a", ["ann"]))))
+    outcome = execute(Plan(actions=[action]), Refusing(), "uid")  # type: ignore[arg-type]
+    (error,) = outcome.errors
+    assert (error.status, error.reason) == (422, "Invalid")
+    assert error.message == "spec: Forbidden: field is immutable"

@@ -43,8 +43,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
@@ -52,7 +50,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import Counter, Gauge
 
 from eventop.events import to_http
-from eventop.kube.backoff import Backoff
+from eventop.kube.backoff import Backoff, retry_after
 
 log = logging.getLogger("eventop.watcher.delivery")
 
@@ -126,24 +124,6 @@ class Attempt:
         return not self.final and (self.status is None or self.status in SINK_STATUSES)
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: either a number or an HTTP date (RFC 9110)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # "-0000": UTC with no zone stated, not the local time
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - time.time())
-
-
 def attempt(session: requests.Session, sink: str, item: Outgoing,
             policy: RetryPolicy) -> Attempt:
     """POST ``item`` once and classify the answer. Never raises for transport failures."""
@@ -166,7 +146,7 @@ def attempt(session: requests.Session, sink: str, item: Outgoing,
                   extra={"fields": {"event_id": item.event_id, "status": status}})
         return Attempt(False, True, status, detail=detail)
     return Attempt(False, False, status, str(status), detail,
-                   retry_after_seconds(resp.headers.get("Retry-After")))
+                   retry_after(resp.headers.get("Retry-After")))
 
 
 def _give_up(sink: str, item: Outgoing, policy: RetryPolicy, tries: int,

@@ -25,7 +25,6 @@ Frankfurter (``docker run lineofflight/frankfurter``) can be used instead of the
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
@@ -41,6 +40,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
+
+from eventop.kube.backoff import retry_after
 
 log = logging.getLogger("eventop.exchange_rates.provider")
 
@@ -177,22 +178,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def _error_message(resp: requests.Response) -> str:
     """The provider's own explanation (Frankfurter answers ``{"message": ...}``)."""
     try:
@@ -295,7 +280,7 @@ class FrankfurterClient:
                     self._remember(url, resp)
                     return quote
                 elif resp.status_code == 429:
-                    wait = _retry_after(resp.headers.get("Retry-After"))
+                    wait = retry_after(resp.headers.get("Retry-After"))
                     if wait is not None and wait > self.max_retry_after:
                         raise ProviderRateLimited(
                             f"{url} is rate limited (429) and asks to wait {wait:g}s, longer "

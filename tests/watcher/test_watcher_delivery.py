@@ -14,7 +14,6 @@ from eventop.watcher.delivery import (
     Outgoing,
     RetryPolicy,
     post,
-    retry_after_seconds,
 )
 from tests.support.waiting import wait_until
 
@@ -51,30 +50,6 @@ def test_retry_after_is_honoured(sink) -> None:
     with requests.Session() as s:
         result = post(s, sink.url, _item("a", 1), policy)
     assert result.ok and result.attempts == 3
-
-
-def test_retry_after_accepts_seconds_and_http_dates() -> None:
-    assert retry_after_seconds("7") == 7.0
-    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
-    assert retry_after_seconds("soon") is None
-    assert retry_after_seconds(None) is None
-
-
-def test_retry_after_date_without_a_zone_is_utc_not_local_time(monkeypatch) -> None:
-    import time
-    from datetime import UTC, datetime, timedelta
-    from email.utils import format_datetime
-
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    try:
-        soon = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=60)
-        header = format_datetime(soon)  # naive: "... -0000"
-        assert header.endswith("-0000")
-        assert 50 < retry_after_seconds(header) <= 60  # type: ignore[operator]
-    finally:
-        monkeypatch.undo()
-        time.tzset()
 
 
 def test_hanging_sink_times_out_and_is_retried(sink) -> None:

@@ -22,7 +22,7 @@ import itertools
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventop.engine.controller import Controller
 from eventop.engine.desired import Note
@@ -31,6 +31,9 @@ from eventop.engine.reads import Reads
 from eventop.engine.run import RunResult, run
 from eventop.kube import errors
 from eventop.kube.store import Store
+
+if TYPE_CHECKING:
+    from eventop.handlers.events import Event
 
 Obj = dict[str, Any]
 KindSpec = str | Kind | tuple[str, str]
@@ -103,6 +106,24 @@ class World:
         reads = Reads(self._lookup, ctl.kinds(), ctl.name, parent)
         return run(ctl, key, parent, reads, _WorldWriter(self, ctl.field_manager),
                    terminating=self._terminating, seen_conflicts=self._seen_conflicts)
+
+    def changed(self, ctl: Controller, obj: Obj) -> list[RunResult]:
+        """Hand ``ctl`` a change of ``obj`` as the router does: mapped to the parents it
+        concerns (the object itself if it is a parent, the controller owner of an owned
+        child, the ``@maps`` functions), each reconciled once. ``obj`` is its state after the
+        change (its last state if it was deleted: delete it from the world first)."""
+        reads = Reads(self._lookup, ctl.kinds(), ctl.name)
+        parents = self.list(ctl.parent)
+        namespaced = not parents or bool(parents[0]["metadata"].get("namespace"))
+        keys = ctl.keys_for(obj, reads, parent_namespaced=namespaced)
+        return [self.reconcile(ctl, k.name, k.namespace or None) for k in sorted(keys)]
+
+    def triggered(self, ctl: Controller, event: Event) -> list[RunResult]:
+        """Hand ``ctl`` a CloudEvent that is not a Kubernetes change (a scheduled refresh):
+        its ``@triggers`` function names the parents, each reconciled once."""
+        reads = Reads(self._lookup, ctl.kinds(), ctl.name)
+        keys = ctl.keys_for_event(event, reads) or set()
+        return [self.reconcile(ctl, k.name, k.namespace or None) for k in sorted(keys)]
 
     def converge(self, ctl: Controller, max_rounds: int = 10) -> list[RunResult]:
         """Run every parent until a round writes nothing; fails if it never settles (two

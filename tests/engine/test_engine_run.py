@@ -342,3 +342,27 @@ def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
     (error,) = outcome.errors
     assert (error.status, error.reason) == (422, "Invalid")
     assert error.message == "spec: Forbidden: field is immutable"
+
+
+def test_world_hands_a_change_to_the_parents_it_maps_to() -> None:
+    ctl = teams_controller(reads=["v1/Namespace"])
+    ctl.maps("v1/Namespace")(lambda ns, reads: reads.list(TEAM, ns["metadata"]["name"]))
+    world = World([team("a", ["ann"]), team("b", ["bob"])])
+    ns = world.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "teams"}})
+    runs = world.changed(ctl, ns)
+    assert [str(r.key) for r in runs] == ["teams/a", "teams/b"]
+    cm = world.get("v1/ConfigMap", "a-roster", "teams")
+    world.delete("v1/ConfigMap", "a-roster", "teams")
+    assert [str(r.key) for r in world.changed(ctl, cm)] == ["teams/a"]
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is not None, "created again"
+
+
+def test_world_hands_a_refresh_to_the_parents_its_trigger_names() -> None:
+    from eventop.handlers.events import Event
+
+    ctl = teams_controller()
+    ctl.triggers("example.refresh")(lambda event, reads: reads.list(TEAM))
+    world = World([team("a", ["ann"]), team("b", ["bob"])])
+    assert [str(r.key) for r in world.triggered(ctl, Event.simple("example.refresh"))] == [
+        "teams/a", "teams/b"]
+    assert world.triggered(ctl, Event.simple("example.other")) == []

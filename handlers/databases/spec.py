@@ -2,8 +2,9 @@
 
 The API server already refuses what the schema can say (an unknown engine, a missing storage
 size, a malformed version); what it can not (an unsupported major, a cron schedule, a name
-too long for the objects derived from it) is checked here and raised as :class:`SpecError`,
-which the handler reports in the status instead of acting.
+too long for the objects derived from it) is checked here and raised as the engine's
+:class:`~eventop.engine.SpecError` (one model of an invalid custom resource for every
+handler), which the handler reports in the status instead of acting.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from functools import total_ordering
 from typing import Any
 
+from eventop.engine import SpecError
 from eventop.handlers.databases.schedule import ScheduleError, normalize
 from eventop.kube.objects import dns_label
 
@@ -40,15 +42,6 @@ DELETION_POLICIES = ("Snapshot", "Retain", "Delete")
 MAX_NAME_PART = 40
 
 
-class SpecError(ValueError):
-    """The spec can not be acted on; ``reason`` is the condition reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 @total_ordering
 @dataclass(frozen=True)
 class Version:
@@ -61,8 +54,8 @@ class Version:
     def parse(cls, text: str) -> Version:
         match = re.fullmatch(r"([0-9]{1,3})(?:\.([0-9]{1,3}))?", str(text).strip())
         if not match:
-            raise SpecError("InvalidVersion", f"version {text!r} is not MAJOR or MAJOR.MINOR "
-                                              "(e.g. \"16\" or \"16.11\")")
+            raise SpecError(f"version {text!r} is not MAJOR or MAJOR.MINOR (e.g. \"16\" or "
+                            "\"16.11\")", reason="InvalidVersion")
         return cls(int(match[1]), int(match[2]) if match[2] is not None else None)
 
     def __str__(self) -> str:
@@ -109,9 +102,8 @@ def resolve(version: Version, image: str | None) -> tuple[Version, str]:
     """(version that runs, image). Raises SpecError for a major eventop does not support."""
     if version.major not in PINNED_MINOR:
         supported = ", ".join(str(m) for m in sorted(PINNED_MINOR))
-        raise SpecError("UnsupportedVersion",
-                        f"PostgreSQL {version.major} is not supported; choose one of "
-                        f"{supported}")
+        raise SpecError(f"PostgreSQL {version.major} is not supported; choose one of "
+                        f"{supported}", reason="UnsupportedVersion")
     if image:
         return version, image
     if version.minor is None:
@@ -135,25 +127,25 @@ def parse_spec(db: Obj) -> DatabaseSpec:
     meta = db.get("metadata") or {}
     spec = db.get("spec") or {}
     if spec.get("engine", "postgres") != "postgres":
-        raise SpecError("UnsupportedEngine",
-                        f"engine {spec.get('engine')!r} is not supported; use postgres")
+        raise SpecError(f"engine {spec.get('engine')!r} is not supported; use postgres",
+                        reason="UnsupportedEngine")
     if "version" not in spec:
-        raise SpecError("InvalidVersion", "spec.version is required (e.g. \"16\")")
+        raise SpecError("spec.version is required (e.g. \"16\")", reason="InvalidVersion")
     version, image = resolve(Version.parse(spec["version"]), spec.get("image"))
     storage = spec.get("storage") or {}
     if not storage.get("size"):
-        raise SpecError("InvalidStorage", "spec.storage.size is required (e.g. 10Gi)")
+        raise SpecError("spec.storage.size is required (e.g. 10Gi)", reason="InvalidStorage")
     backup = spec.get("backup") or {}
     schedule = str(backup.get("schedule") or DEFAULT_SCHEDULE)
     try:
         normalize(schedule)
     except ScheduleError as exc:
-        raise SpecError("InvalidSchedule", f"spec.backup.{exc}") from exc
+        raise SpecError(f"spec.backup.{exc}", reason="InvalidSchedule") from exc
     backup_storage = backup.get("storage") or {}
     policy = spec.get("deletionPolicy", "Snapshot")
     if policy not in DELETION_POLICIES:
-        raise SpecError("InvalidDeletionPolicy",
-                        f"deletionPolicy {policy!r}: use one of {', '.join(DELETION_POLICIES)}")
+        raise SpecError(f"deletionPolicy {policy!r}: use one of "
+                        f"{', '.join(DELETION_POLICIES)}", reason="InvalidDeletionPolicy")
     return DatabaseSpec(
         name=meta["name"], namespace=meta.get("namespace") or "default",
         uid=str(meta.get("uid") or ""),

@@ -1,6 +1,6 @@
 """The Flask app: CloudEvents in, handler outcomes out.
 
-Responses follow the Knative data-plane contract (DESIGN.md section 2), because the sender
+Responses follow the Knative data-plane contract (README, "The event contract"), because the sender
 (our watcher, or a Knative Broker/ApiServerSource) decides whether to retry from the
 status code alone:
 
@@ -192,13 +192,18 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
 
     def finish(status: int, outcome: str, info: dict[str, Any], start: float,
                body: dict[str, Any], handler_names: list[str] | None = None,
-               level: int = logging.INFO, error: str | None = None) -> Response:
+               level: int = logging.INFO, error: str | None = None,
+               results: list[dict[str, Any]] | None = None) -> Response:
         metrics.event_counter(info.get("type", ""), info.get("kind", ""), outcome).inc()
+        duration_ms = round((time.perf_counter() - start) * 1000, 3)
         fields = {**info, "handlers": handler_names or [], "outcome": outcome,
-                  "status": status, "duration_ms": round((time.perf_counter() - start) * 1000, 3)}
+                  "status": status, "duration_ms": duration_ms}
+        if results:
+            fields["results"] = results
         if error:
             fields["error"] = error
-        log.log(level, "event %s", outcome, extra={"fields": fields})
+        log.log(level, "%s", logs.event_message(info, status, duration_ms, results, error),
+                extra={"fields": fields})
         return _json(body, status)
 
     def ignored(event: Event, info: dict[str, Any], start: float) -> Response:
@@ -260,7 +265,8 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
         ran = [o.handler for o in outcomes]
         if not failed:
             return finish(200, "ok", info, start,
-                          {"id": event.id, "outcome": "ok", "handlers": results}, ran)
+                          {"id": event.id, "outcome": "ok", "handlers": results}, ran,
+                          results=results)
         for o in failed:
             err = o.error
             log.error("handler %s failed on event %s: %s", o.handler, event.id, o.detail,
@@ -272,7 +278,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
                    + "; ".join(f"{o.handler}: {o.detail}" for o in failed))
         return finish(status, outcome, info, start, {
             "id": event.id, "outcome": outcome, "error": message, "handlers": results},
-            ran, logging.ERROR, message)
+            ran, logging.ERROR, message, results)
 
     @app.get("/healthz")
     def healthz() -> Response:

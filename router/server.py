@@ -14,7 +14,11 @@ tests all start the router the same way, with the defaults that matter here bake
 * worker heartbeat files in ``/dev/shm`` when it exists (gunicorn's advice for containers,
   where ``/tmp`` may be a slow or read-only disk);
 * the app is created in each worker after the fork (no ``preload_app``), so handler
-  modules, Kubernetes connections and metric files all belong to the worker.
+  modules, Kubernetes connections and metric files all belong to the worker; before
+  gunicorn starts, :func:`check_app` builds it once in a throwaway child process, so a
+  mistake (a handler module that does not import, a bad ``EVENTOP_*`` variable) is one line
+  and exit status 2 instead of every worker's traceback and gunicorn's "Worker failed to boot";
+* gunicorn's own messages use eventop's formatter (JSON lines or text, ``--log-format``).
 """
 
 from __future__ import annotations
@@ -23,12 +27,18 @@ import gc
 import logging
 import os
 import shutil
+import signal
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger as GunicornLogger
+
+from eventop.cli import ConfigError
 
 log = logging.getLogger("eventop.router")
 
@@ -43,6 +53,7 @@ class ServerOptions:
     graceful_timeout: int = 25  # below Kubernetes' default termination grace period (30 s)
     keepalive: int = 5
     log_level: str = "info"
+    log_format: str = "json"
     metrics_dir_owned: str | None = None  # a temp dir we created and remove on exit
     app: str | None = None  # "module:factory" for another WSGI app (the benchmark's baseline)
 
@@ -61,6 +72,7 @@ class ServerOptions:
             "accesslog": None,  # the router logs one JSON line per event instead
             "proc_name": "eventop-router",
             "control_socket_disable": True,
+            "logger_class": _gunicorn_logger(self.log_format),
             "post_worker_init": _post_worker_init,
             "child_exit": _child_exit,
             "on_exit": self._on_exit,
@@ -88,9 +100,9 @@ def _post_worker_init(worker: Any) -> None:
     not a crash, is how Kubernetes learns that events cannot be handled yet.
     """
     gc.freeze()
-    # Our JSON lines never show thread or process names; not collecting them makes every
-    # log record (one per event) cheaper.
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    # Our lines never show thread names; not collecting them makes every log record (one per
+    # event) cheaper. The process id stays: gunicorn's messages may be formatted with it.
+    logging.logThreads = logging.logMultiprocessing = False
     if getattr(worker, "age", 0) != 1:
         return
     state = getattr(worker.wsgi, "extensions", {}).get("eventop")
@@ -125,6 +137,97 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+def _gunicorn_logger(log_format: str) -> type[GunicornLogger]:
+    """gunicorn's logger with eventop's formatter on its error log (JSON lines or text), so
+    a collector reads one format from the router's stderr."""
+    from eventop.router.logs import formatter
+
+    class Logger(GunicornLogger):  # type: ignore[misc]
+        def setup(self, cfg: Any) -> None:
+            super().setup(cfg)
+            for handler in self.error_log.handlers:
+                if getattr(handler, "_gunicorn", False):
+                    handler.setFormatter(formatter(log_format))
+
+    return Logger
+
+
+def load_app(options: ServerOptions) -> Any:
+    """The WSGI app a worker serves: the router (logging set up), or ``options.app``."""
+    if options.app:
+        import importlib
+
+        module, _, attr = options.app.partition(":")
+        return getattr(importlib.import_module(module), attr or "app")()
+    from eventop.router import logs
+    from eventop.router.app import create_app
+
+    logs.configure(options.log_level, force=True, log_format=options.log_format)
+    return create_app()
+
+
+def check_app(options: ServerOptions) -> None:
+    """Build the app once in a forked child and discard it; raise :class:`ConfigError` with
+    one line if that fails.
+
+    Every worker would fail the same way (a handler module that does not import, an unknown
+    built-in handler, a bad ``EVENTOP_MAX_BODY_BYTES``), each with its traceback, before
+    gunicorn gives up with "Worker failed to boot". A child, not this process: the master
+    must stay free of what handler modules do at import (threads, connections, metrics),
+    which belong to each worker. Costs one import of the app at start, a fraction of a second.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: build, report, and leave without running any cleanup
+        status = 0
+        try:
+            os.close(read_end)
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(quiet, 1)
+            os.dup2(quiet, 2)
+            load_app(options)
+        except BaseException as exc:
+            os.write(write_end, describe_failure(exc).encode("utf-8", "replace"))
+            status = 2
+        os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        said = pipe.read().decode("utf-8", "replace")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise ConfigError(f"building the router app killed its process with "
+                          f"{signal.Signals(os.WTERMSIG(status)).name}")
+    if said:
+        raise ConfigError(said)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line: the error, and the line of the user's code that raised it, if any (a
+    handler module's own mistake), so nobody has to read a traceback through importlib."""
+    text = (str(exc) if isinstance(exc, ValueError)
+            else f"the app does not load: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ModuleNotFoundError):
+        text += " (is it installed, or is its folder on PYTHONPATH?)"
+    where = None if isinstance(exc, SyntaxError) else _user_frame(exc)
+    if where is not None:
+        text += f" ({where.filename}, line {where.lineno})"
+    return " ".join(text.split())
+
+
+def _user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the traceback in neither eventop, importlib, nor an installed
+    library or the standard library."""
+    ours = tuple({os.path.dirname(m.__file__) + os.sep for name, m in list(sys.modules.items())
+                  if name.split(".")[0] == "eventop" and getattr(m, "__file__", None)})
+    installed = tuple({sys.prefix + os.sep, sys.base_prefix + os.sep})
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if not (frame.filename.startswith("<") or path.startswith(ours)
+                or path.startswith(installed)):
+            return frame
+    return None
+
+
 class RouterServer(BaseApplication):  # type: ignore[misc]
     """gunicorn running :func:`eventop.router.app.create_app` (or ``options.app``) in each
     worker."""
@@ -138,18 +241,11 @@ class RouterServer(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        if self.options.app:
-            import importlib
-
-            module, _, attr = self.options.app.partition(":")
-            return getattr(importlib.import_module(module), attr or "app")()
-        from eventop.router import logs
-        from eventop.router.app import create_app
-
-        logs.configure(self.options.log_level, force=True)
-        return create_app()
+        return load_app(self.options)
 
 
 def serve(options: ServerOptions) -> None:
-    """Run gunicorn in this process until it is stopped (SIGTERM: graceful shutdown)."""
+    """Check the app builds (:func:`check_app`), then run gunicorn in this process until
+    it is stopped (SIGTERM: graceful shutdown)."""
+    check_app(options)
     RouterServer(options).run()

@@ -640,7 +640,11 @@ def test_one_structured_log_line_per_event_without_its_data(
     lines = [r for r in caplog.records if r.name == "eventop.router"]
     assert len(lines) == 1
     fields = json.loads(JsonFormatter().format(lines[0]))
-    assert fields["message"] == "event ok"
+    assert fields["message"] == (
+        f"update ConfigMap team-b/db: {__name__}.Recorder.__init__.<locals>.configmaps: "
+        f"converged (200 in {fields['duration_ms']:g} ms)")
+    assert fields["results"] == [{"handler": f"{__name__}.Recorder.__init__.<locals>.configmaps",
+                                  "outcome": "ok", "detail": "converged"}]
     assert {k: fields[k] for k in ("id", "type", "kind", "namespace", "name", "handlers",
                                    "outcome", "status")} == {
         "id": "L/9/update", "type": "dev.knative.apiserver.resource.update",

@@ -4,6 +4,9 @@ started)."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,12 +27,119 @@ def _unset_but_restored(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 def test_help_documents_every_option_and_environment_variable() -> None:
     text = cli.build_parser().format_help()
     for option in ("--host", "--port", "--workers", "--threads", "--timeout",
-                   "--graceful-timeout", "--log-level"):
+                   "--graceful-timeout", "--log-level", "--log-format"):
         assert option in text
     for variable in ("PORT", "WEB_CONCURRENCY", "EVENTOP_THREADS", "EVENTOP_KUBE_URL",
-                     "EVENTOP_HANDLERS", "EVENTOP_MAX_BODY_BYTES", "PROMETHEUS_MULTIPROC_DIR"):
+                     "EVENTOP_HANDLERS", "EVENTOP_MAX_BODY_BYTES", "PROMETHEUS_MULTIPROC_DIR",
+                     "EVENTOP_LOG_LEVEL", "EVENTOP_LOG_FORMAT"):
         assert variable in text
     assert "POST /" in text and "/readyz" in text and "/metrics" in text
+
+
+# Read by the router's code but not settings a user gives: the pod's own name, and how the
+# router knows it runs in a cluster (both in --help's text anyway where they matter).
+NOT_SETTINGS = {"HOSTNAME", "KUBERNETES_SERVICE_HOST"}
+
+
+def _variables_read_by(*rooms: str) -> set[str]:
+    found: set[str] = set()
+    for room in rooms:
+        for path in (REPO / room).rglob("*.py"):
+            found |= set(re.findall(r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z_]+)["']""",
+                                    path.read_text()))
+    return found - NOT_SETTINGS
+
+
+def test_help_lists_every_environment_variable_the_router_reads() -> None:
+    text = cli.build_parser().format_help()
+    read = _variables_read_by("router", "handlers", "kube")
+    assert {"EVENTOP_BUILTIN_HANDLERS", "RATES_API_URL", "EVENTOP_KUBE_URL"} <= read
+    assert sorted(v for v in read if v not in text) == []
+
+
+def _readme_variables(used_by: str) -> set[str]:
+    """The variables the README's configuration table lists for a component."""
+    names: set[str] = set()
+    for line in (REPO / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`") and used_by in cells[2]:
+            names |= set(re.findall(r"`([A-Z_]+)`", cells[1]))
+    return names
+
+
+def test_help_lists_every_variable_the_readme_says_it_lists() -> None:
+    from eventop.watcher.cli import build_parser as watcher_parser
+
+    router_vars, watcher_vars = _readme_variables("router"), _readme_variables("watcher")
+    assert {"WEB_CONCURRENCY", "EVENTOP_BUILTIN_HANDLERS", "EVENTOP_LOG_FORMAT"} <= router_vars
+    assert {"K_SINK", "EVENTOP_RESOURCES"} <= watcher_vars
+    router_help = cli.build_parser().format_help()
+    run = watcher_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    assert sorted(v for v in router_vars if v not in router_help) == []
+    assert sorted(v for v in watcher_vars if v not in run.format_help()) == []
+
+
+def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m eventop.router`` with ``env`` added (nothing else of eventop's set)."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("EVENTOP_", "PORT", "WEB_CONCURRENCY", "PROMETHEUS_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "eventop.router", "--host", "127.0.0.1", "--port", "0", *args],
+        env={**base, "EVENTOP_KUBE_URL": "http://127.0.0.1:9", **env}, cwd=REPO,
+        capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("env", "args", "said"), [
+    ({"WEB_CONCURRENCY": "abc"}, [],
+     "WEB_CONCURRENCY: expected an integer of at least 1, not 'abc'"),
+    ({"EVENTOP_THREADS": "0"}, [], "EVENTOP_THREADS: expected an integer of at least 1, not 0"),
+    ({"EVENTOP_LOG_LEVEL": "verbose"}, [],
+     "EVENTOP_LOG_LEVEL: expected one of debug, info, warning, error, critical, not 'verbose'"),
+    ({"EVENTOP_LOG_FORMAT": "xml"}, [], "EVENTOP_LOG_FORMAT: expected one of json, text, "
+                                        "not 'xml'"),
+    ({}, ["--port", "99999"], "argument --port: expected an integer from 0 to 65535, not 99999"),
+    ({}, ["--log-level", "verbose"], "argument --log-level: expected one of debug, info"),
+    ({"EVENTOP_BUILTIN_HANDLERS": "bogus"}, [],
+     "EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) bogus; choose from copy_rules, "
+     "exchange_rates, mirrors or 'none'"),
+    ({"EVENTOP_HANDLERS": "no_such_module_anywhere"}, [],
+     "No module named 'no_such_module_anywhere' (is it installed, or is its folder on "
+     "PYTHONPATH?)"),
+    ({"EVENTOP_MAX_BODY_BYTES": "lots"}, [],
+     "EVENTOP_MAX_BODY_BYTES must be a number of bytes, not 'lots'"),
+])
+def test_configuration_mistakes_are_one_line_and_exit_status_2(
+        env: dict[str, str], args: list[str], said: str) -> None:
+    proc = _router(env, *args)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("python -m eventop.router: error: ")
+    assert said in line
+    assert proc.stdout == ""
+
+
+def test_the_flag_wins_over_an_invalid_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[ServerOptions] = []
+    monkeypatch.setattr("eventop.router.server.serve", served.append)
+    monkeypatch.setenv("PORT", "99999")
+    _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
+    assert cli.main(["--port", "8080"]) == 0
+    assert served[0].port == 8080
+
+
+def test_a_handler_module_that_fails_to_import_is_named_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "broken_handlers.py").write_text(
+        "from eventop import on\n\n"
+        "@on('dev.knative.apiserver.*', api_version='v1', kind='ConfigMap')\n"
+        "def annotate(event, kube):\n    return 'ok'\n\n"
+        "SETTINGS = load_settings()\n")
+    proc = _router({"EVENTOP_HANDLERS": "broken_handlers",
+                    "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line == (
+        "python -m eventop.router: error: the app does not load: NameError: name "
+        f"'load_settings' is not defined ({tmp_path / 'broken_handlers.py'}, line 7)")
 
 
 @pytest.mark.parametrize("bad", ["0", "-2", "two"])
@@ -110,10 +220,15 @@ def test_workers_finish_before_the_kubelet_kills_the_pod(monkeypatch: pytest.Mon
     assert ServerOptions(host="127.0.0.1", port=1).graceful_timeout < 30  # Kubernetes' default
 
 
-def test_invalid_port_variable_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_port_variable_is_reported(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PORT", "http")
-    with pytest.raises(SystemExit, match="PORT must be an integer, not 'http'"):
+    with pytest.raises(SystemExit) as exited:
         cli.main([])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m eventop.router: error: PORT: expected an integer from 0 to 65535, "
+        "not 'http' (--help lists the options)\n")
 
 
 def test_given_metrics_directory_is_emptied_of_stale_files(

@@ -15,12 +15,23 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import requests
 
+from eventop.cli import (
+    PORT,
+    ConfigError,
+    Parser,
+    boolean,
+    env_flag,
+    http_url,
+    integer,
+    log_options,
+    number,
+    report,
+)
 from eventop.events import simple_event, to_cloudevent
-from eventop.kube import Kube, KubeError
+from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.reflector import WatchSettings
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
@@ -28,50 +39,35 @@ from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resourc
 from eventop.watcher.watch import Watcher
 
 log = logging.getLogger("eventop.watcher")
-
-
-def _flag(parser: argparse.ArgumentParser, flag: str, env: str, default: Any, help_: str,
-          type_: Any = str) -> None:
-    # argparse applies ``type`` to a string default, so an environment value is checked too.
-    extra: dict[str, Any] = {"nargs": "?", "const": True, "metavar": "BOOL"} \
-        if type_ is _bool else {}
-    parser.add_argument(flag, default=os.environ.get(env, default), type=type_,
-                        help=f"{help_} [env {env}; default {default}]", **extra)
-
-
-def _bool(text: str | bool) -> bool:
-    if isinstance(text, bool):
-        return text
-    if text.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.strip().lower() in ("", "0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+PROG = "python -m eventop.watcher"
 
 
 def _add_common(p: argparse.ArgumentParser, *, sink: bool = True, kube: bool = False,
                 sink_timeout: float = 30.0) -> None:
     if sink:
-        _flag(p, "--sink", "K_SINK", None, "URL the CloudEvents are posted to")
+        env_flag(p, "--sink", "K_SINK", None, "URL the CloudEvents are posted to", http_url)
     if kube:
-        _flag(p, "--kube-url", "EVENTOP_KUBE_URL", None,
-              "plain-HTTP API server URL (e.g. the local one); otherwise kubeconfig/in-cluster")
-        _flag(p, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file")
-        _flag(p, "--context", "EVENTOP_KUBE_CONTEXT", None, "kubeconfig context")
-    _flag(p, "--sink-timeout", "EVENTOP_SINK_TIMEOUT_SECONDS", sink_timeout,
-          "seconds to wait for the sink's answer before retrying (a hanging sink)", float)
-    _flag(p, "--backoff-base", "EVENTOP_BACKOFF_BASE_SECONDS", 0.5,
-          "first retry delay; doubles each attempt, with jitter", float)
-    _flag(p, "--backoff-max", "EVENTOP_BACKOFF_MAX_SECONDS", 60.0, "longest retry delay", float)
-    _flag(p, "--log-level", "EVENTOP_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+        env_flag(p, "--kube-url", "EVENTOP_KUBE_URL", None,
+                 "plain-HTTP API server URL (e.g. the local one); otherwise kubeconfig/in-cluster",
+                 http_url)
+        env_flag(p, "--kubeconfig", "KUBECONFIG", None, "kubeconfig file")
+        env_flag(p, "--context", "EVENTOP_KUBE_CONTEXT", None, "kubeconfig context")
+    env_flag(p, "--sink-timeout", "EVENTOP_SINK_TIMEOUT_SECONDS", sink_timeout,
+             "seconds to wait for the sink's answer before retrying (a hanging sink)",
+             number(above=0))
+    env_flag(p, "--backoff-base", "EVENTOP_BACKOFF_BASE_SECONDS", 0.5,
+             "first retry delay; doubles each attempt, with jitter", number(above=0))
+    env_flag(p, "--backoff-max", "EVENTOP_BACKOFF_MAX_SECONDS", 60.0, "longest retry delay",
+             number(above=0))
+    log_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m eventop.watcher",
+    parser = Parser(
+        prog=PROG,
         description="Kubernetes watch events as CloudEvents (Knative ApiServerSource, "
                     "Resource mode), posted to the eventop router.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser(
         "run", help="list+watch resources and post every change",
@@ -82,52 +78,62 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(run, kube=True)
     run.add_argument("--resource", action="append", default=None, metavar="RESOURCE",
                      help="a resource to watch (repeatable); replaces the default set")
-    _flag(run, "--resources", "EVENTOP_RESOURCES", " ".join(DEFAULT_RESOURCES),
-          "space-separated resources to watch")
-    _flag(run, "--resync-seconds", "EVENTOP_RESYNC_SECONDS", 300.0,
-          "full resync period: every object is sent again as an update (0: never)", float)
-    _flag(run, "--watch-timeout", "EVENTOP_WATCH_TIMEOUT_SECONDS", 45,
-          "server-side timeout of one watch request (it is then resumed); the API server "
-          "sends a bookmark 2 s before it, so it bounds how long a healthy watch is silent",
-          int)
-    _flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 60.0,
-          "a watch silent for this long (no event, no bookmark) is considered hung and "
-          "resumed; keep it above --watch-timeout", float)
-    _flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", int)
-    _flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
-          "parallel deliveries (events of one object are always sent one after another)", int)
-    _flag(run, "--queue-size", "EVENTOP_QUEUE_SIZE", 1000,
-          "events buffered before the watch stops reading (back-pressure)", int)
-    _flag(run, "--max-error-attempts", "EVENTOP_MAX_ERROR_ATTEMPTS", 8,
-          "attempts at an event the router answers 500 (a handler failed) before giving it up "
-          "so the events queued behind it move on; the next resync sends the object again "
-          "(0: forever; 503 and connection failures are always retried)", int)
-    _flag(run, "--source", "EVENTOP_SOURCE", None,
-          "CloudEvent source attribute (default: the API server URL)")
-    _flag(run, "--metrics-port", "EVENTOP_METRICS_PORT",
-          9090 if os.environ.get("KUBERNETES_SERVICE_HOST") else 0,
-          "port of the Prometheus /metrics endpoint (0: off; default 9090 in a cluster)", int)
-    _flag(run, "--drain-seconds", "EVENTOP_DRAIN_SECONDS", 20.0,
-          "on SIGTERM, how long to keep delivering queued events before exiting", float)
-    _flag(run, "--leader-elect", "EVENTOP_LEADER_ELECT", False,
-          "emit only while holding a coordination.k8s.io Lease (run several replicas, one "
-          "active)", _bool)
-    _flag(run, "--lease-name", "EVENTOP_LEASE_NAME", "eventop-watcher", "name of the Lease")
-    _flag(run, "--lease-namespace", "EVENTOP_LEASE_NAMESPACE", None,
-          "namespace of the Lease (default: the pod's own namespace)")
-    _flag(run, "--lease-seconds", "EVENTOP_LEASE_SECONDS", 15.0,
-          "how long a leader that stopped renewing keeps the lease", float)
-    _flag(run, "--renew-deadline", "EVENTOP_RENEW_DEADLINE_SECONDS", 10.0,
-          "a leader unable to renew for this long stops (exits)", float)
-    _flag(run, "--retry-period", "EVENTOP_RETRY_PERIOD_SECONDS", 2.0,
-          "how often the lease is renewed or tried", float)
+    env_flag(run, "--resources", "EVENTOP_RESOURCES", " ".join(DEFAULT_RESOURCES),
+             "space-separated resources to watch")
+    env_flag(run, "--resync-seconds", "EVENTOP_RESYNC_SECONDS", 300.0,
+             "full resync period: every object is sent again as an update (0: never)",
+             number(0))
+    env_flag(run, "--watch-timeout", "EVENTOP_WATCH_TIMEOUT_SECONDS", 45,
+             "server-side timeout of one watch request (it is then resumed); the API server "
+             "sends a bookmark 2 s before it, so it bounds how long a healthy watch is silent",
+             integer(1))
+    env_flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 60.0,
+             "a watch silent for this long (no event, no bookmark) is considered hung and "
+             "resumed; keep it above --watch-timeout", number(above=0))
+    env_flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", integer(1))
+    env_flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
+             "parallel deliveries (events of one object are always sent one after another)",
+             integer(1))
+    env_flag(run, "--queue-size", "EVENTOP_QUEUE_SIZE", 1000,
+             "events buffered before the watch stops reading (back-pressure)", integer(1))
+    env_flag(run, "--max-error-attempts", "EVENTOP_MAX_ERROR_ATTEMPTS", 8,
+             "attempts at an event the router answers 500 (a handler failed) before giving it "
+             "up so the events queued behind it move on; the next resync sends the object "
+             "again (0: forever; 503 and connection failures are always retried)", integer(0))
+    env_flag(run, "--source", "EVENTOP_SOURCE", None,
+             "CloudEvent source attribute (default: the API server URL)")
+    env_flag(run, "--metrics-port", "EVENTOP_METRICS_PORT",
+             9090 if os.environ.get("KUBERNETES_SERVICE_HOST") else 0,
+             "port of the Prometheus /metrics endpoint (0: off; default 9090 in a cluster)",
+             PORT)
+    env_flag(run, "--drain-seconds", "EVENTOP_DRAIN_SECONDS", 20.0,
+             "on SIGTERM, how long to keep delivering queued events before exiting", number(0))
+    env_flag(run, "--leader-elect", "EVENTOP_LEADER_ELECT", False,
+             "emit only while holding a coordination.k8s.io Lease (run several replicas, one "
+             "active)", boolean, nargs="?", const=True, metavar="BOOL")
+    env_flag(run, "--lease-name", "EVENTOP_LEASE_NAME", "eventop-watcher", "name of the Lease")
+    env_flag(run, "--lease-namespace", "EVENTOP_LEASE_NAMESPACE", None,
+             "namespace of the Lease (default: the pod's own namespace)")
+    env_flag(run, "--lease-seconds", "EVENTOP_LEASE_SECONDS", 15.0,
+             "how long a leader that stopped renewing keeps the lease", number(above=0))
+    env_flag(run, "--renew-deadline", "EVENTOP_RENEW_DEADLINE_SECONDS", 10.0,
+             "a leader unable to renew for this long stops (exits)", number(above=0))
+    env_flag(run, "--retry-period", "EVENTOP_RETRY_PERIOD_SECONDS", 2.0,
+             "how often the lease is renewed or tried", number(above=0))
 
-    rec = sub.add_parser("record", help="save a live LIST + watch in the shared/recordings "
-                                        "format (one .list.json and one .watch.jsonl each)")
+    rec = sub.add_parser(
+        "record", help="save a live LIST + watch as recorded traffic, the input of replay",
+        description="LIST each resource, then watch it for --seconds, and save what the API "
+                    "server sent, verbatim: per resource, <path>.list.json (the LIST response, "
+                    "all pages' items in one) and <path>.watch.jsonl (one watch event per "
+                    "line, BOOKMARKs included). `python -m eventop.watcher replay` and the "
+                    "test kit replay such folders; tests/recordings/ in the repository holds "
+                    "examples, recorded from a real API server.")
     rec.add_argument("out", type=Path, help="output directory (created)")
     rec.add_argument("--resource", action="append", required=True, metavar="RESOURCE",
                      help="[group/]version/plural[@namespace][:selector] (repeatable)")
-    rec.add_argument("--seconds", type=int, default=60, help="how long to watch [60]")
+    rec.add_argument("--seconds", type=integer(1), default=60,
+                     help="how long to watch [60]")
     _add_common(rec, sink=False, kube=True)
 
     rep = sub.add_parser("replay", help="post a recording as the CloudEvents the live watcher "
@@ -148,16 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_sender(p: argparse.ArgumentParser, source: str, sink_timeout: float = 30.0) -> None:
     """The options of the one-shot senders (replay, emit): bounded retries, not forever."""
-    _flag(p, "--source", "EVENTOP_SOURCE", source, "CloudEvent source attribute")
-    _flag(p, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
-          "attempts per event on transient failures (0: forever)", int)
+    env_flag(p, "--source", "EVENTOP_SOURCE", source, "CloudEvent source attribute")
+    env_flag(p, "--max-attempts", "EVENTOP_MAX_ATTEMPTS", 8,
+             "attempts per event on transient failures (0: forever)", integer(0))
     _add_common(p, sink_timeout=sink_timeout)
 
 
-def _configure_logging(level: str) -> None:
-    from eventop.router.logs import configure  # the same JSON lines as the router
+def _configure_logging(level: str, log_format: str) -> None:
+    from eventop.router.logs import configure  # the same lines as the router
 
-    configure(level, force=True)
+    configure(level, force=True, log_format=log_format)
 
 
 def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
@@ -168,24 +174,66 @@ def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
 
 def _need_sink(args: argparse.Namespace) -> str:
     if not args.sink:
-        raise SystemExit("no sink: pass --sink URL or set K_SINK (the router's URL)")
-    if not str(args.sink).startswith(("http://", "https://")):
-        raise SystemExit(f"the sink must be an http:// or https:// URL, not {args.sink!r}")
+        raise ConfigError("no sink: pass --sink URL or set K_SINK (the router's URL)")
     return str(args.sink)
 
 
 def _connect(args: argparse.Namespace) -> Kube:
+    """The API client; reading the configuration does no I/O, so any failure here is a
+    configuration mistake."""
+    path = args.kubeconfig if not args.kube_url else None
+    if path and not os.path.isfile(os.path.expanduser(path)):
+        raise ConfigError(f"kubeconfig {path!r} (--kubeconfig or KUBECONFIG): no such file")
     try:
         return Kube.connect(kubeconfig=args.kubeconfig, context=args.context, url=args.kube_url)
-    except KubeError as exc:
-        raise SystemExit(f"cannot reach Kubernetes: {exc}") from exc
+    except Exception as exc:  # kubernetes' ConfigException, a malformed file's TypeError...
+        detail = exc.message if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
+        raise ConfigError(f"cannot configure Kubernetes access: {detail}") from None
+
+
+def _specs(args: argparse.Namespace) -> list[ResourceSpec]:
+    try:
+        return ([ResourceSpec.parse(r) for r in args.resource] if args.resource
+                else parse_resources(args.resources))
+    except ValueError as exc:
+        raise ConfigError(f"--resource/EVENTOP_RESOURCES: {exc}") from None
+
+
+def check_builtin_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
+    """Refuse, at start, a resource that no CustomResourceDefinition can ever add.
+
+    A CRD's group always contains a dot, so a resource of the core group (``v1/...``) or of
+    a dotless built-in group (``apps``, ``batch``...) that the API server does not serve is a
+    typo, not a CRD still to be installed: waiting for it would retry forever. A resource of
+    a dotted group is left to the watch loop, which waits until its CRD is installed. An API
+    server that cannot be reached yet is left to the watch loop too.
+    """
+    for spec in specs:
+        if "." in spec.group:
+            continue
+        try:
+            kube.resource_by_plural(spec.api_version, spec.plural)
+        except Unavailable:
+            return
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            raise ConfigError(
+                f"resource {spec}: the API server does not serve {spec.plural!r} in "
+                f"{spec.api_version}, and no CustomResourceDefinition can add it there; write "
+                "[group/]version/plural as `kubectl api-resources` lists them, e.g. "
+                "v1/configmaps or apps/v1/statefulsets") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     sink = _need_sink(args)
-    specs = ([ResourceSpec.parse(r) for r in args.resource] if args.resource
-             else parse_resources(args.resources))
+    specs = _specs(args)
+    if args.leader_elect and not args.retry_period < args.renew_deadline < args.lease_seconds:
+        raise ConfigError(f"leader election needs --retry-period ({args.retry_period:g}) < "
+                          f"--renew-deadline ({args.renew_deadline:g}) < --lease-seconds "
+                          f"({args.lease_seconds:g})")
     kube = _connect(args)
+    check_builtin_resources(kube, specs)
     settings = WatchSettings(watch_timeout=args.watch_timeout, read_timeout=args.read_timeout,
                              resync_seconds=args.resync_seconds, page_size=args.page_size,
                              backoff=Backoff(args.backoff_base, args.backoff_max))
@@ -227,8 +275,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     from eventop.watcher.record import record
 
     kube = _connect(args)
-    counts = record(kube, [ResourceSpec.parse(r) for r in args.resource], args.out,
-                    args.seconds)
+    specs = _specs(args)
+    check_builtin_resources(kube, specs)
+    counts = record(kube, specs, args.out, args.seconds)
     for spec, lines in counts.items():
         print(f"{spec}: {lines} watch lines")
     return 0
@@ -259,7 +308,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     try:
         data = json.loads(args.data) if args.data is not None else None
     except ValueError as exc:
-        raise SystemExit(f"--data is not valid JSON: {exc}") from exc
+        raise ConfigError(f"--data is not valid JSON: {exc}") from None
     event = simple_event(args.type, args.source, data, args.id)
     accepted, _ = _post_all(sink, [Outgoing.of(event)], _policy(args, args.max_attempts))
     print(f"event {event.get_id()} ({args.type}) "
@@ -268,10 +317,16 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _configure_logging(args.log_level)
     command = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "emit": cmd_emit}
-    return command[args.command](args)
+    args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
+    try:
+        if args.backoff_max < args.backoff_base:
+            raise ConfigError(f"--backoff-max ({args.backoff_max:g}) is shorter than "
+                              f"--backoff-base ({args.backoff_base:g})")
+        _configure_logging(args.log_level, args.log_format)
+        return command[args.command](args)
+    except ConfigError as exc:
+        return report(f"{PROG} {args.command}", exc)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,15 @@ rely on."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from eventop.watcher.cli import build_parser, main
+from eventop.cli import ConfigError
+from eventop.watcher.cli import build_parser, check_builtin_resources, main
 from eventop.watcher.recording import load_recording
 from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resources
 
@@ -62,10 +64,11 @@ def test_emit_exit_code_reports_a_sink_that_never_accepts() -> None:
     assert "NOT accepted" in proc.stdout
 
 
-def test_emit_without_a_sink_says_how_to_give_one(monkeypatch) -> None:
+def test_emit_without_a_sink_says_how_to_give_one(monkeypatch, capsys) -> None:
     monkeypatch.delenv("K_SINK", raising=False)
-    with pytest.raises(SystemExit, match="K_SINK"):
-        main(["emit", "x"])
+    assert main(["emit", "x"]) == 2
+    assert capsys.readouterr().err == ("python -m eventop.watcher emit: error: no sink: pass "
+                                       "--sink URL or set K_SINK (the router's URL)\n")
 
 
 def test_sink_and_intervals_come_from_the_environment(monkeypatch) -> None:
@@ -100,6 +103,77 @@ def test_emit_waits_longer_than_the_refresh_handler_may_take(monkeypatch) -> Non
     assert args.sink_timeout > FrankfurterClient().refresh_budget
 
 
-def test_a_sink_that_is_not_an_http_url_is_refused_at_start() -> None:
-    with pytest.raises(SystemExit, match="http:// or https://"):
+def test_a_sink_that_is_not_an_http_url_is_refused_at_start(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
         main(["emit", "x", "--sink", "router:8080"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m eventop.watcher emit: error: argument --sink: expected an http:// or "
+        "https:// URL, not 'router:8080' (--help lists the options)\n")
+
+
+def _watcher(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("EVENTOP_", "K_SINK", "KUBECONFIG"))}
+    return subprocess.run([sys.executable, "-m", "eventop.watcher", *args],
+                          env={**base, "HOME": "/nonexistent", **env}, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("args", "env", "said"), [
+    (["run", "--sink", "http://router"], {"EVENTOP_RESYNC_SECONDS": "hourly"},
+     "EVENTOP_RESYNC_SECONDS: expected a number of at least 0, not 'hourly'"),
+    (["run", "--sink", "http://router"], {"EVENTOP_LOG_LEVEL": "verbose"},
+     "EVENTOP_LOG_LEVEL: expected one of debug, info, warning, error, critical, not 'verbose'"),
+    (["run", "--sink", "http://router"], {"EVENTOP_LEADER_ELECT": "maybe"},
+     "EVENTOP_LEADER_ELECT: expected true or false, not 'maybe'"),
+    (["run", "--sink", "http://router", "--read-timeout", "nan"], {},
+     "argument --read-timeout: expected a number greater than 0, not 'nan'"),
+    (["run", "--sink", "http://router", "--max-in-flight", "0"], {},
+     "argument --max-in-flight: expected an integer of at least 1, not 0"),
+    (["run"], {"K_SINK": "router:8080"},
+     "K_SINK: expected an http:// or https:// URL, not 'router:8080'"),
+    (["run", "--sink", "http://router", "--resource", "apps/v1/statefulsets/x"], {},
+     "--resource/EVENTOP_RESOURCES: cannot read resource 'apps/v1/statefulsets/x'"),
+    (["run", "--sink", "http://router"], {"KUBECONFIG": "/nonexistent/kubeconfig"},
+     "kubeconfig '/nonexistent/kubeconfig' (--kubeconfig or KUBECONFIG): no such file"),
+    (["run", "--sink", "http://router", "--leader-elect", "--renew-deadline", "20"], {},
+     "leader election needs --retry-period (2) < --renew-deadline (20) < --lease-seconds (15)"),
+    (["replay", "x", "--backoff-base", "5", "--backoff-max", "1"], {"K_SINK": "http://r"},
+     "--backoff-max (1) is shorter than --backoff-base (5)"),
+    (["record", "out", "--resource", "v1/configmaps", "--seconds", "0"], {},
+     "argument --seconds: expected an integer of at least 1, not 0"),
+])
+def test_configuration_mistakes_are_one_line_and_exit_status_2(args, env, said) -> None:
+    proc = _watcher(*args, **env)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"python -m eventop.watcher {args[0]}: error: ")
+    assert said in line
+
+
+def test_a_resource_no_crd_can_add_fails_at_start_instead_of_retrying(local_kube) -> None:
+    proc = _watcher("run", "--sink", "http://127.0.0.1:9", "--kube-url", local_kube.url,
+                    "--resource", "v1/configmaps", "--resource", "foo")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "python -m eventop.watcher run: error: resource v1/foo: the API server does not serve "
+        "'foo' in v1, and no CustomResourceDefinition can add it there; write "
+        "[group/]version/plural as `kubectl api-resources` lists them, e.g. v1/configmaps or "
+        "apps/v1/statefulsets\n")
+
+
+def test_a_custom_resource_not_installed_yet_is_waited_for_not_refused(kube) -> None:
+    """Its CRD may be installed after the watcher starts; the watch loop waits for it."""
+    check_builtin_resources(kube, [ResourceSpec.parse("example.com/v1/widgets"),
+                                   ResourceSpec.parse("apps/v1/statefulsets")])
+    with pytest.raises(ConfigError, match="'statefulset' in apps/v1"):
+        check_builtin_resources(kube, [ResourceSpec.parse("apps/v1/statefulset")])
+
+
+def test_an_unreachable_api_server_is_waited_for_at_start() -> None:
+    """The API server may come up after the watcher (it then retries with backoff)."""
+    from eventop.kube import Kube
+
+    down = Kube.connect(url="http://127.0.0.1:9")
+    check_builtin_resources(down, [ResourceSpec.parse("foo")])

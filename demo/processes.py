@@ -47,6 +47,7 @@ class Process:
                  log_dir: str | None = None) -> None:
         full_env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        self.name = name
         fd, path = tempfile.mkstemp(prefix=f"eventop-{name}-", suffix=".log", dir=log_dir)
         os.close(fd)
         self.log_path = Path(path)
@@ -91,9 +92,13 @@ class RouterProcess(Process):
                          env, log_dir)
         try:
             wait_http(self.url + "/healthz", proc=self.proc)
-        except Exception:
+        except BaseException as exc:  # also Ctrl-C: never leave the router running
             self.stop(keep_log=True)
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            said = self.log().strip().splitlines()
+            raise RuntimeError(f"{exc}; its log ({self.log_path}) ends: "
+                               f"{said[-1] if said else '(empty)'}") from exc
 
 
 class WatcherProcess(Process):

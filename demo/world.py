@@ -7,6 +7,7 @@ import copy
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,10 @@ class Expectations:
                 problems.append(f"{what} in {ns or 'cluster'} was deleted but left {names}")
         return problems
 
-    def wait(self, kube: Kube, timeout: float) -> list[str]:
+    def wait(self, kube: Kube, timeout: float,
+             abort: Callable[[], str | None] | None = None) -> list[str]:
+        """Wait until nothing is missing; return what still is after ``timeout``, or as soon
+        as ``abort`` says why waiting is pointless (a process exited)."""
         deadline = time.monotonic() + timeout
         problems = ["not checked yet"]
         while time.monotonic() < deadline:
@@ -91,6 +95,9 @@ class Expectations:
                 problems = [f"API error while checking: {exc}"]
             if not problems:
                 return []
+            reason = abort() if abort else None
+            if reason:
+                return [reason, *problems]
             time.sleep(1.0)
         return problems
 
@@ -162,9 +169,19 @@ class World:
 
 
 class LocalWorld(World):
-    def __init__(self, local: Any) -> None:
+    """The embedded local API server; ``kubeconfig`` is written for kubectl to reach it."""
+
+    def __init__(self, local: Any, kubeconfig: Path) -> None:
         self.local = local
         self.kube = Kube.connect(url=local.url)
+        self.kubeconfig = kubeconfig
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "eventop-demo",
+            "clusters": [{"name": "eventop-demo", "cluster": {"server": local.url}}],
+            "users": [{"name": "eventop-demo", "user": {}}],
+            "contexts": [{"name": "eventop-demo",
+                          "context": {"cluster": "eventop-demo", "user": "eventop-demo"}}],
+        }, sort_keys=False))
 
     def put(self, obj: Obj) -> None:
         self.local.put(world_copy(obj))
@@ -202,6 +219,10 @@ class ClusterWorld(World):
         self.kube = Kube.connect(kubeconfig=kubeconfig)
         self.world = Kube.connect(kubeconfig=kubeconfig)
         self.world.field_manager = "eventop-demo"
+        missing = self.kube.missing_kinds({(GROUP, kind) for kind in CR_KINDS})
+        if missing:
+            raise KubeError(f"the cluster does not serve {', '.join(missing)}: install the "
+                            "CRDs first (kubectl apply -k crds/)")
         self.world.apply({"apiVersion": "v1", "kind": "Namespace",
                           "metadata": {"name": self.namespace}})
 
@@ -217,9 +238,46 @@ class ClusterWorld(World):
         self.world.apply(obj)
 
 
-def report(kube: Kube, namespaces: list[str] | None) -> None:
-    """Print every custom resource with its status and the objects it owns."""
+# What a condition the demo may show means, and what to do about it.
+EXPLAIN = {
+    "ResizeRefused": (
+        "the mirror asks for a bigger cache than its PersistentVolumeClaim has, and the API "
+        "server refused to grow the claim (its StorageClass does not allow volume expansion, "
+        "or the claim is not bound yet); the mirror keeps its cache at the old size. To grow "
+        "it: use a StorageClass with allowVolumeExpansion: true, or delete the claim (the "
+        "cache is lost) and the mirror recreates it at the new size."),
+    "HostPortConflict": (
+        "another RegistryMirror already uses this hostPort on the nodes; give each mirror "
+        "its own spec.hostPort."),
+}
+EXPLAIN_LOCAL = {
+    "RegistryNotReady": (
+        "the local API server runs no kubelet or workload controllers, so the registry's "
+        "pods never start here; on a cluster the mirror turns Ready once its StatefulSet "
+        "and DaemonSet are."),
+}
+
+
+def _explained(condition: Obj, local: bool, explained: set[str]) -> str | None:
+    """The condition's message and what it means (once per reason: ``explained`` remembers),
+    for a condition that reports a problem."""
+    bad = (condition.get("type") == "Ready") != (condition.get("status") == "True")
+    reason = condition.get("reason", "")
+    meaning = EXPLAIN.get(reason) or (EXPLAIN_LOCAL.get(reason) if local else None)
+    if not bad or not (meaning or condition.get("message")):
+        return None
+    said = f"{condition['type']}={condition['status']}({reason}): {condition.get('message', '')}"
+    if meaning and reason in explained:
+        return said + f" ({reason}: see above)"
+    explained.add(reason)
+    return said + (f"\n          what it means: {meaning}" if meaning else "")
+
+
+def report(kube: Kube, namespaces: list[str] | None, local: bool = False) -> None:
+    """Print every custom resource with its status and the objects it owns; a condition that
+    reports a problem is printed with its message and, when known, what it means."""
     by_owner = objects_by_owner(kube)
+    explained: set[str] = set()
     for kind in CR_KINDS:
         items = kube.list(GROUP, kind)
         items = [i for i in items if namespaces is None
@@ -232,6 +290,10 @@ def report(kube: Kube, namespaces: list[str] | None) -> None:
             extra = {k: v for k, v in status.items()
                      if k not in ("conditions", "observedGeneration", "conflictList")}
             print(f"  {meta.get('namespace', '-')}/{meta['name']}  {conds}  {extra}")
+            for condition in status.get("conditions") or []:
+                said = _explained(condition, local, explained)
+                if said:
+                    print(f"      ! {said}")
             for obj in sorted(by_owner.get(meta["uid"], []),
                               key=lambda o: (o["kind"], o["metadata"].get("namespace", ""),
                                              o["metadata"]["name"])):

@@ -1,0 +1,1 @@
+"""The demo (``python -m demo``, ``make demo``) as a user runs it."""

@@ -1,0 +1,192 @@
+"""``python -m demo`` as a user runs it: local unless asked, one line per failure, and
+nothing left running after SIGTERM.
+
+Each test runs the real demo as a subprocess (a few seconds each: the router under gunicorn,
+the watcher and the replay of the recordings).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from demo.provider import RatesStandIn
+from eventop.kube import Kube
+from eventop.localkube import LocalKube
+from tests.support.processes import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def kubeconfig_for(url: str, path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path
+
+
+def demo_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("EVENTOP_", "KUBECONFIG", "K_SINK", "RATES_API_URL"))}
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+def run_demo(*args: str, env: dict[str, str], timeout: float = 240
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "demo", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class _Counting(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+        self.send_response(503)
+        self.end_headers()
+
+    do_POST = do_PUT = do_PATCH = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def someones_cluster() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server standing for a real cluster: it only records who asked for what."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    server.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.seen  # type: ignore
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_exported_kubeconfig_never_turns_the_demo_into_a_cluster_run(
+        someones_cluster: tuple[str, list[str]], tmp_path: Path) -> None:
+    url, seen = someones_cluster
+    config = kubeconfig_for(url, tmp_path / "kubeconfig")
+    proc = run_demo("--timeout", "120", env=demo_env(KUBECONFIG=str(config)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "KUBECONFIG is set and ignored: pass --cluster" in proc.stdout
+    assert "embedded local API server" in proc.stdout
+    assert seen == []  # not one request reached that cluster
+
+
+def test_the_cluster_named_by_the_flag_is_used(tmp_path: Path) -> None:
+    with LocalKube(crd_dir=str(REPO / "crds")) as cluster, RatesStandIn() as rates:
+        config = kubeconfig_for(cluster.url, tmp_path / "kubeconfig")
+        proc = run_demo("--cluster", "--kubeconfig", str(config), "--timeout", "120",
+                        env=demo_env(RATES_API_URL=rates))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"against the cluster of {config} (--cluster)" in proc.stdout
+        kube = Kube.connect(url=cluster.url)
+        rates_there = kube.list("eventop.dev/v1", "ExchangeRate", namespace="eventop-demo")
+        assert rates_there and all(r["status"]["rate"] for r in rates_there)
+        assert kube.list("eventop.dev/v1", "CopyRule") == []  # never cluster-wide rules
+
+
+def test_an_unreachable_cluster_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
+    config = kubeconfig_for(f"http://127.0.0.1:{free_port()}", tmp_path / "kubeconfig")
+    proc = run_demo("--cluster", "--kubeconfig", str(config), env=demo_env())
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"python -m demo: cannot use the cluster of {config}: Unavailable: ")
+    assert line.endswith("; nothing was started")
+    assert "router" not in proc.stdout
+
+
+def test_a_cluster_without_the_crds_says_to_install_them(tmp_path: Path) -> None:
+    with LocalKube(crd_dir=None) as cluster:
+        config = kubeconfig_for(cluster.url, tmp_path / "kubeconfig")
+        proc = run_demo("--cluster", "--kubeconfig", str(config), env=demo_env())
+        namespaces = {n["metadata"]["name"] for n in Kube.connect(url=cluster.url).list(
+            "v1", "Namespace")}
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert "does not serve CopyRule.eventop.dev/v1, ExchangeRate.eventop.dev/v1, " \
+           "RegistryMirror.eventop.dev/v1: install the CRDs first (kubectl apply -k crds/)" \
+           in line
+    assert "eventop-demo" not in namespaces
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--kubeconfig", "/tmp/x"], "--kubeconfig is only used with --cluster"),
+    (["--cluster", "--kubeconfig", "/nonexistent/config"],
+     "--cluster: kubeconfig /nonexistent/config does not exist"),
+    (["--timeout", "0"], "argument --timeout: expected a number greater than 0, not '0'"),
+])
+def test_flag_mistakes_are_one_line_and_exit_status_2(args: list[str], said: str) -> None:
+    proc = run_demo(*args, env=demo_env())
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("python -m demo: error: ") and said in line
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += list(children - found)
+            found |= children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize(("wait_for", "status"), [
+    ("running; Ctrl-C (or SIGTERM) stops everything", 0),  # --keep-running, after the report
+    ("[4/5] watcher", 128 + signal.SIGTERM),  # while waiting for the handlers
+])
+def test_sigterm_stops_the_router_and_the_watcher(wait_for: str, status: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "demo", "--keep-running"], cwd=REPO,
+                            env=demo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        seen = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            seen.append(line)
+            if not line or wait_for in line:
+                break
+        assert wait_for in seen[-1], "".join(seen)
+        children = _descendants(proc.pid)
+        assert len(children) >= 3  # router master, its worker(s), the watcher
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == status, err
+    assert "SIGTERM: stopping what the demo started" in err
+    assert [pid for pid in children if _alive(pid)] == []

@@ -14,9 +14,16 @@ it, and importing ``eventop`` alone must stay free of side effects.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
+
+# pyproject.toml's requires-python and the Makefile say the same; a test keeps them equal.
+MIN_PYTHON = (3, 11)
+if sys.version_info < MIN_PYTHON:
+    raise ImportError(f"eventop needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; "
+                      f"{sys.executable} is Python {'.'.join(map(str, sys.version_info[:3]))}")
 
 _EXPORTS = {
     "Child": "eventop.engine",

@@ -1,0 +1,1 @@
+"""The repository as a newcomer meets it: make, the Python version, the README."""

@@ -1,10 +1,10 @@
 """Kubernetes API failures mapped to a few exceptions a handler can act on.
 
-The API server answers errors with a ``Status`` object (see
-``shared/recordings/k8s-1.24/errors``). Handlers should not parse those: they catch
-``NotFound`` to treat a missing object as "nothing to do", ``Conflict`` to retry a
-read-modify-write, ``Invalid``/``Forbidden`` to report a condition, and let
-``Unavailable`` propagate so the event is retried by its sender.
+The API server answers errors with a ``Status`` object (examples recorded from a real one are
+in ``tests/recordings/errors/``). Handlers should not parse those: they catch ``NotFound`` to
+treat a missing object as "nothing to do", ``Conflict`` to retry a read-modify-write,
+``Invalid``/``Forbidden`` to report a condition, and let ``Unavailable`` propagate so the event
+is retried by its sender.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Read recorded API traffic in the format of ``shared/recordings``.
+"""Read recorded API traffic: what ``python -m eventop.watcher record`` writes.
 
 A recording is, per resource, one ``<name>.list.json`` (the LIST response: the initial state)
 and one ``<name>.watch.jsonl`` (the watch stream that followed, one event per line exactly as the

@@ -1,4 +1,4 @@
-"""The CloudEvent contract of DESIGN.md section 2, checked on recorded objects."""
+"""The CloudEvent contract (README, "The event contract"), checked on recorded objects."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading the recorded API traffic of tests/recordings (copied from shared/recordings)."""
+"""Reading the recorded API traffic of tests/recordings (recorded from a real API server)."""
 
 from __future__ import annotations
 

@@ -36,9 +36,11 @@ environment (besides the variables of the options above):
   EVENTOP_KUBE_URL          plain-HTTP Kubernetes API (the local API server); otherwise
   KUBECONFIG                the kubeconfig file (or ~/.kube/config), or the in-cluster
                             service account
-  EVENTOP_HANDLERS          your handler modules to import, comma-separated
+  EVENTOP_HANDLERS          your handler modules, comma-separated: dotted module paths
+                            (importable by the router) or paths of .py files
   EVENTOP_BUILTIN_HANDLERS  which shipped handlers to load, comma-separated (copy_rules,
-                            exchange_rates, mirrors); unset: all, "none": only yours
+                            databases, exchange_rates, mirrors); unset: all, "none":
+                            only yours
   EVENTOP_MAX_BODY_BYTES    request body limit in bytes (default 8388608 = 8 MiB)
   RATES_API_URL             the exchange-rate provider, a Frankfurter API (default
                             https://api.frankfurter.dev/v1)

@@ -208,23 +208,28 @@ def describe_failure(exc: BaseException) -> str:
             else f"the app does not load: {type(exc).__name__}: {exc}")
     if isinstance(exc, ModuleNotFoundError):
         text += " (is it installed, or is its folder on PYTHONPATH?)"
-    where = None if isinstance(exc, SyntaxError) else _user_frame(exc)
+    where = None if isinstance(exc, SyntaxError) or isinstance(exc.__cause__, SyntaxError) \
+        else _user_frame(exc)
     if where is not None:
         text += f" ({where.filename}, line {where.lineno})"
     return " ".join(text.split())
 
 
 def _user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of the traceback in neither eventop, importlib, nor an installed
-    library or the standard library."""
+    """The innermost frame in neither eventop, importlib, nor an installed library or the
+    standard library, of the exception or of the one it was raised from (eventop's loader
+    names the module and keeps the user's error as its cause)."""
     ours = tuple({os.path.dirname(m.__file__) + os.sep for name, m in list(sys.modules.items())
                   if name.split(".")[0] == "eventop" and getattr(m, "__file__", None)})
     installed = tuple({sys.prefix + os.sep, sys.base_prefix + os.sep})
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        path = os.path.abspath(frame.filename)
-        if not (frame.filename.startswith("<") or path.startswith(ours)
-                or path.startswith(installed)):
-            return frame
+    chain: BaseException | None = exc
+    while chain is not None:
+        for frame in reversed(traceback.extract_tb(chain.__traceback__)):
+            path = os.path.abspath(frame.filename)
+            if not (frame.filename.startswith("<") or path.startswith(ours)
+                    or path.startswith(installed)):
+                return frame
+        chain = chain.__cause__ or chain.__context__
     return None
 
 

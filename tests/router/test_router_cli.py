@@ -50,6 +50,14 @@ def _variables_read_by(*rooms: str) -> set[str]:
     return found - NOT_SETTINGS
 
 
+def test_help_names_every_built_in_handler() -> None:
+    from eventop.handlers import BUILTIN
+
+    text = " ".join(cli.build_parser().format_help().split())
+    names = ", ".join(b.removeprefix("eventop.handlers.") for b in BUILTIN)
+    assert f"comma-separated ({names})" in text
+
+
 def test_help_lists_every_environment_variable_the_router_reads() -> None:
     text = cli.build_parser().format_help()
     read = _variables_read_by("router", "handlers", "kube")
@@ -100,11 +108,9 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     ({}, ["--port", "99999"], "argument --port: expected an integer from 0 to 65535, not 99999"),
     ({}, ["--log-level", "verbose"], "argument --log-level: expected one of debug, info"),
     ({"EVENTOP_BUILTIN_HANDLERS": "bogus"}, [],
-     "EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) bogus; choose from copy_rules, "
-     "exchange_rates, mirrors or 'none'"),
+     "EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) bogus; choose from copy_rules, "),
     ({"EVENTOP_HANDLERS": "no_such_module_anywhere"}, [],
-     "No module named 'no_such_module_anywhere' (is it installed, or is its folder on "
-     "PYTHONPATH?)"),
+     "EVENTOP_HANDLERS: no module named 'no_such_module_anywhere'"),
     ({"EVENTOP_MAX_BODY_BYTES": "lots"}, [],
      "EVENTOP_MAX_BODY_BYTES must be a number of bytes, not 'lots'"),
 ])
@@ -138,8 +144,9 @@ def test_a_handler_module_that_fails_to_import_is_named_with_its_line(tmp_path: 
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.splitlines()
     assert line == (
-        "python -m eventop.router: error: the app does not load: NameError: name "
-        f"'load_settings' is not defined ({tmp_path / 'broken_handlers.py'}, line 7)")
+        "python -m eventop.router: error: EVENTOP_HANDLERS: importing 'broken_handlers' "
+        "failed: NameError: name 'load_settings' is not defined "
+        f"({tmp_path / 'broken_handlers.py'}, line 7)")
 
 
 @pytest.mark.parametrize("bad", ["0", "-2", "two"])

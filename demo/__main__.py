@@ -22,8 +22,11 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from types import FrameType
+
+from urllib3.exceptions import InsecureRequestWarning
 
 from demo.processes import REPO, RouterProcess, WatcherProcess
 from demo.world import Expectations, LocalWorld, World, load_examples, report
@@ -131,12 +134,17 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
         from demo.world import ClusterWorld
 
         print(f"eventop demo — against the cluster of {kubeconfig} (--cluster)")
+        # urllib3 warns on every request when the kubeconfig turns TLS verification off: the
+        # line below says it once instead.
+        warnings.filterwarnings("ignore", category=InsecureRequestWarning)
         try:
             world = ClusterWorld(kubeconfig)
         except Exception as exc:
             raise Failed(f"cannot use the cluster of {kubeconfig}: {_one_line(exc)}; nothing "
                          "was started") from None
         env = {"KUBECONFIG": kubeconfig}
+        if not world.kube.api.configuration.verify_ssl:
+            print("  (the kubeconfig turns TLS verification off: insecure-skip-tls-verify)")
     else:
         world, env = start_local(stack, log_dir)
 

@@ -144,6 +144,16 @@ def _range_words(what: str, minimum: int | None, maximum: int | None) -> str:
 PORT = integer(0, 65535)
 
 
+def kubeconfig_files(value: str, source: str) -> list[str]:
+    """The files of a kubeconfig setting (``KUBECONFIG`` may list several, like kubectl);
+    :class:`ConfigError` when none of them exists."""
+    paths = [os.path.expanduser(p) for p in value.split(os.pathsep) if p.strip()]
+    existing = [p for p in paths if os.path.isfile(p)]
+    if paths and not existing:
+        raise ConfigError(f"{source}: no such file {', '.join(paths)}")
+    return existing
+
+
 # -- flags with an environment variable ---------------------------------------------------
 
 @dataclass(frozen=True)

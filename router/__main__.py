@@ -18,7 +18,9 @@ from eventop.cli import (
     ConfigError,
     Parser,
     env_flag,
+    http_url,
     integer,
+    kubeconfig_files,
     log_options,
     report,
 )
@@ -104,8 +106,26 @@ def prepare_metrics_dir() -> str | None:
     return created
 
 
+def check_environment() -> None:
+    """The variables the workers read later, checked now: a typo there would otherwise only
+    show as a router that never turns ready."""
+    for name in ("EVENTOP_KUBE_URL", "RATES_API_URL"):
+        raw = os.environ.get(name, "").strip()
+        if raw:
+            try:
+                http_url(raw)
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+    if os.environ.get("KUBECONFIG") and not os.environ.get("EVENTOP_KUBE_URL", "").strip():
+        kubeconfig_files(os.environ["KUBECONFIG"], "KUBECONFIG")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
+    try:
+        check_environment()
+    except ConfigError as exc:
+        return report(PROG, exc)
     # gunicorn reads WEB_CONCURRENCY when it is imported, and fails on an empty value (which
     # means unset here). It is not needed: --workers is always passed.
     os.environ.pop("WEB_CONCURRENCY", None)

@@ -26,6 +26,7 @@ from eventop.cli import (
     env_flag,
     http_url,
     integer,
+    kubeconfig_files,
     log_options,
     number,
     report,
@@ -181,9 +182,8 @@ def _need_sink(args: argparse.Namespace) -> str:
 def _connect(args: argparse.Namespace) -> Kube:
     """The API client; reading the configuration does no I/O, so any failure here is a
     configuration mistake."""
-    path = args.kubeconfig if not args.kube_url else None
-    if path and not os.path.isfile(os.path.expanduser(path)):
-        raise ConfigError(f"kubeconfig {path!r} (--kubeconfig or KUBECONFIG): no such file")
+    if args.kubeconfig and not args.kube_url:
+        kubeconfig_files(args.kubeconfig, "--kubeconfig/KUBECONFIG")
     try:
         return Kube.connect(kubeconfig=args.kubeconfig, context=args.context, url=args.kube_url)
     except Exception as exc:  # kubernetes' ConfigException, a malformed file's TypeError...

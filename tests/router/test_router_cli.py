@@ -111,6 +111,12 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
      "EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) bogus; choose from copy_rules, "),
     ({"EVENTOP_HANDLERS": "no_such_module_anywhere"}, [],
      "EVENTOP_HANDLERS: no module named 'no_such_module_anywhere'"),
+    ({"EVENTOP_KUBE_URL": "localhost:8001"}, [],
+     "EVENTOP_KUBE_URL: expected an http:// or https:// URL, not 'localhost:8001'"),
+    ({"RATES_API_URL": "api.frankfurter.dev"}, [],
+     "RATES_API_URL: expected an http:// or https:// URL, not 'api.frankfurter.dev'"),
+    ({"KUBECONFIG": "/nonexistent/config", "EVENTOP_KUBE_URL": ""}, [],
+     "KUBECONFIG: no such file /nonexistent/config"),
     ({"EVENTOP_MAX_BODY_BYTES": "lots"}, [],
      "EVENTOP_MAX_BODY_BYTES must be a number of bytes, not 'lots'"),
 ])

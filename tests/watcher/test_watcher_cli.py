@@ -136,7 +136,7 @@ def _watcher(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     (["run", "--sink", "http://router", "--resource", "apps/v1/statefulsets/x"], {},
      "--resource/EVENTOP_RESOURCES: cannot read resource 'apps/v1/statefulsets/x'"),
     (["run", "--sink", "http://router"], {"KUBECONFIG": "/nonexistent/kubeconfig"},
-     "kubeconfig '/nonexistent/kubeconfig' (--kubeconfig or KUBECONFIG): no such file"),
+     "--kubeconfig/KUBECONFIG: no such file /nonexistent/kubeconfig"),
     (["run", "--sink", "http://router", "--leader-elect", "--renew-deadline", "20"], {},
      "leader election needs --retry-period (2) < --renew-deadline (20) < --lease-seconds (15)"),
     (["replay", "x", "--backoff-base", "5", "--backoff-max", "1"], {"K_SINK": "http://r"},

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -276,3 +278,31 @@ def test_record_saves_list_and_watch_that_replay_reads_back(local_kube, tmp_path
     recorded = [(c, o["metadata"]["resourceVersion"]) for c, o in load_recording(tmp_path)]
     assert recorded[0] == ("update", changed["metadata"]["resourceVersion"])
     assert [c for c, _ in recorded] == ["update", "delete"]
+
+
+@pytest.mark.parametrize("sink_state", ["hanging", "refusing"])
+def test_sigterm_with_the_sink_down_exits_right_after_the_drain(local_kube, tmp_path,
+                                                                 sink_state: str) -> None:
+    """Kubernetes sends SIGKILL 30 s after SIGTERM: the watcher must be gone before, even
+    with a POST hanging on a sink that accepts connections and never answers."""
+    local_kube.put(cm("stuck", "0"))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    if sink_state == "hanging":
+        silent.listen(64)  # connections complete in the kernel; nobody ever answers
+    port = silent.getsockname()[1]
+    proc = WatcherProcess(f"http://127.0.0.1:{port}/", {"EVENTOP_RESOURCES": SPEC,
+                                                         "EVENTOP_KUBE_URL": local_kube.url},
+                          log_dir=str(tmp_path),
+                          extra_args=["--drain-seconds", "1", "--sink-timeout", "60"])
+    try:
+        assert wait_until(lambda: "list of 1 objects" in proc.log(), 30), proc.log()
+        proc.proc.send_signal(signal.SIGTERM)
+        # the drain is 1 s and the POST's own timeout 60 s: exiting at all within the wait
+        # below proves the in-flight POST was not waited for
+        proc.proc.wait(timeout=20)
+    finally:
+        proc.stop(keep_log=True)
+        silent.close()
+    assert proc.returncode == 1, proc.log()  # undelivered events: not a clean exit
+    assert "stopping with 1 events not delivered" in proc.log()

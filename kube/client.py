@@ -35,9 +35,31 @@ WATCH_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,a
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
 KUBE_REQUESTS = Counter(
-    "eventop_kube_requests_total", "Kubernetes API requests made, by verb and HTTP code",
-    ["verb", "code"],
+    "eventop_kube_requests_total",
+    "Kubernetes API requests made, by verb, resource (plural[/subresource]) and HTTP code",
+    ["verb", "resource", "code"],
 )
+
+
+def resource_label(path: str) -> str:
+    """The resource an API path addresses, for metrics: ``configmaps``, ``copyrules/status``.
+
+    Bounded by the kinds a process touches (never names or namespaces); discovery and
+    ``/version`` give ``""``. Counting writes per resource is how the fault suite proves a
+    redelivered event wrote nothing twice.
+    """
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        rest = parts[2:]
+    elif parts[0] == "apis":
+        rest = parts[3:]
+    else:
+        return ""
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        rest = rest[2:]
+    if not rest or not rest[0]:
+        return ""
+    return rest[0] + (f"/{rest[2]}" if len(rest) >= 3 else "")
 
 Obj = dict[str, Any]
 
@@ -135,10 +157,10 @@ class Kube:
             resp = self.api.call_api(m, url, hdrs, b, post,
                                      _request_timeout=timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
-            KUBE_REQUESTS.labels(verb, "error").inc()
+            KUBE_REQUESTS.labels(verb, resource_label(path), "error").inc()
             raise errors.Unavailable(
                 f"{verb} {path}: Kubernetes API unreachable at {self.host}: {exc}") from exc
-        KUBE_REQUESTS.labels(verb, str(resp.status)).inc()
+        KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status)).inc()
         if not 200 <= resp.status < 300:
             data = resp.read()
             raise errors.from_response(resp.status, data, f"{verb} {path}")

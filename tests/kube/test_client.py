@@ -82,3 +82,21 @@ def test_connections_to_the_api_server_use_tcp_keepalive(kube: Kube) -> None:
     finally:
         resp.close()
         resp.release_conn()
+
+
+@pytest.mark.parametrize(("path", "label"), [
+    ("/api/v1/namespaces/team-a/configmaps/app", "configmaps"),
+    ("/api/v1/namespaces/team-a/configmaps", "configmaps"),
+    ("/api/v1/namespaces/team-a", "namespaces"),
+    ("/api/v1/namespaces/team-a/status", "namespaces/status"),
+    ("/api/v1/namespaces", "namespaces"),
+    ("/apis/eventop.dev/v1/copyrules/main/status", "copyrules/status"),
+    ("/apis/eventop.dev/v1/namespaces/f/exchangerates/usd/status", "exchangerates/status"),
+    ("/apis/apps/v1/statefulsets", "statefulsets"),
+    ("/apis/eventop.dev/v1", ""),
+    ("/version", ""),
+])
+def test_request_metrics_name_the_resource_never_the_object(path: str, label: str) -> None:
+    from eventop.kube.client import resource_label
+
+    assert resource_label(path) == label

@@ -83,12 +83,12 @@ class WatchSettings:
     # somewhere since the watch began; an idle resource gets none at all (timeoutSeconds=
     # 300: nothing for 300 s, then the end of the stream). Newer servers add one about
     # every minute. So the server-side timeout is what bounds a healthy watch's silence:
-    # 45 s, after which the stream ends and is resumed. A read timeout of 60 s then never
+    # 45 s, after which the stream ends and is resumed. A read timeout of 55 s then never
     # fires on a healthy watch and notices a hung one within a minute (client-go notices
     # a dead HTTP/2 connection in ~45 s by pings; HTTP/1.1 has none). The price is one
     # watch request per resource every 45 s.
     watch_timeout: int = 45  # server-side timeoutSeconds of one watch request
-    read_timeout: float = 60.0  # client: no byte for this long means the watch hung
+    read_timeout: float = 55.0  # client: no byte for this long means the watch hung
     connect_timeout: float = 5.0
     resync_seconds: float = 300.0  # 0 disables the periodic resync
     page_size: int = 500

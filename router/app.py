@@ -32,7 +32,7 @@ from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntit
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
-from eventop.router import logs, metrics
+from eventop.router import auth, logs, metrics
 from eventop.router.parse import BadEvent, headers_from_environ, parse_lowered
 
 log = logging.getLogger("eventop.router")
@@ -187,6 +187,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = limit = max_body_bytes()
     provider = KubeProvider(kube)
     readiness = Readiness(provider, kinds=registry.custom_kinds())
+    token = auth.configured_token()
     app.extensions["eventop"] = {"registry": registry, "kube": provider,
                                  "readiness": readiness}
 
@@ -222,11 +223,21 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
         return finish(status, outcome, info, start, body, level=logging.WARNING,
                       error=message)
 
+    def unauthorized(start: float) -> Response:
+        resp = reject(401, "unauthorized", "missing or wrong bearer token: this router "
+                      f"requires the token of {auth.ENV} in an 'Authorization: Bearer' header",
+                      {"id": request.headers.get("ce-id", "")[:200]}, start)
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="eventop"'
+        return resp
+
     @app.post("/")
     @app.post("/events")
     def receive() -> Response:
         start = time.perf_counter()
         req = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
+        if token is not None and not auth.authorized(req.environ.get("HTTP_AUTHORIZATION"),
+                                                     token):
+            return unauthorized(start)
         try:
             event = parse_lowered(headers_from_environ(req.environ), _read_body(req, limit))
         except BadEvent as bad:

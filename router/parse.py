@@ -39,6 +39,10 @@ STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 _JSON_TYPE = JSONFormat.JSON_CONTENT_TYPE_PATTERN
 _FORMAT = JSONFormat()
+# Python's JSON parser recurses per level: a body of "[[[[..." would otherwise end in a 500
+# (and be retried forever) instead of a 400.
+_TOO_DEEP = ("data is JSON nested too deeply to parse; a Kubernetes object or event is never "
+             "nested more than a few dozen levels")
 
 
 class BadEvent(Exception):
@@ -105,6 +109,8 @@ def _binary(headers: dict[str, str], body: bytes) -> Event:
         # is itself a JSON string is legitimately a str here.
         try:
             data = json.loads(body)
+        except RecursionError:
+            raise BadEvent(400, _TOO_DEEP, known) from None
         except (ValueError, UnicodeDecodeError) as exc:
             why = (f"datacontenttype is {given!r}" if given
                    else "no Content-Type was given, so JSON is assumed")
@@ -115,6 +121,8 @@ def _binary(headers: dict[str, str], body: bytes) -> Event:
 def _structured(headers: dict[str, str], body: bytes) -> Event:
     try:
         doc = json.loads(body)
+    except RecursionError:
+        raise BadEvent(400, _TOO_DEEP) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadEvent(400, f"structured-mode body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -129,6 +137,8 @@ def _structured(headers: dict[str, str], body: bytes) -> Event:
     if isinstance(data, bytes) and _JSON_TYPE.match(content_type):  # came as data_base64
         try:
             data = json.loads(data)
+        except RecursionError:
+            raise BadEvent(400, _TOO_DEEP, known) from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadEvent(400, f"data_base64 is not valid JSON although datacontenttype is "
                                 f"{content_type!r}: {exc}", known) from None
@@ -154,6 +164,8 @@ def _sdk_parse(headers: dict[str, str], body: bytes, known: dict[str, Any],
         event = from_http(HTTPMessage(headers=headers, body=body), _FORMAT, CloudEvent)
     except BaseCloudEventException as exc:
         raise BadEvent(400, f"invalid CloudEvent: {exc}", known) from None
+    except RecursionError:
+        raise BadEvent(400, _TOO_DEEP, known) from None
     except (ValueError, TypeError, OverflowError) as exc:
         if time is not None and not _is_timestamp(time):
             raise BadEvent(400, f"attribute 'time' is not an RFC 3339 timestamp: {time!r}",

@@ -34,6 +34,7 @@ from eventop.cli import (
 from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.reflector import WatchSettings
+from eventop.router.auth import bearer_header
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
 from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resources
@@ -88,9 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
              "server-side timeout of one watch request (it is then resumed); the API server "
              "sends a bookmark 2 s before it, so it bounds how long a healthy watch is silent",
              integer(1))
-    env_flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 60.0,
+    env_flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 55.0,
              "a watch silent for this long (no event, no bookmark) is considered hung and "
              "resumed; keep it above --watch-timeout", number(above=0))
+    env_flag(run, "--api-backoff-max", "EVENTOP_API_BACKOFF_MAX_SECONDS", 4.0,
+             "longest wait between attempts to list/watch while the API server fails; short, "
+             "so the watcher is back within seconds of the API server answering again",
+             number(above=0))
     env_flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", integer(1))
     env_flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
              "parallel deliveries (events of one object are always sent one after another)",
@@ -236,9 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_builtin_resources(kube, specs)
     settings = WatchSettings(watch_timeout=args.watch_timeout, read_timeout=args.read_timeout,
                              resync_seconds=args.resync_seconds, page_size=args.page_size,
-                             backoff=Backoff(args.backoff_base, args.backoff_max))
+                             backoff=Backoff(args.backoff_base, args.api_backoff_max))
     deliverer = Deliverer(sink, lanes=args.max_in_flight, queue_size=args.queue_size,
-                          policy=_policy(args))
+                          policy=_policy(args), headers=bearer_header())
     if args.metrics_port:
         from prometheus_client import start_http_server
 
@@ -286,6 +291,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[int, int]:
     accepted = 0
     with requests.Session() as session:
+        session.headers.update(bearer_header())
         for item in items:
             if post(session, sink, item, policy).ok:
                 accepted += 1

@@ -1,0 +1,75 @@
+"""Fixtures of the fault suite: the cluster, eventop's processes around it, a workload."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from demo.provider import RatesStandIn
+from tests.faults.stack import REPO, Cluster, Stack, converge
+from tests.faults.workload import Workload
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    script = Path(os.environ.get("EVENTOP_TEST_CLUSTER_SCRIPT")
+                  or REPO.parent / "shared" / "k8s" / "cluster")
+    cluster = Cluster(kubeconfig, os.environ.get("EVENTOP_TEST_CLUSTER_DIR"), script)
+    from eventop.kube import Kube
+
+    admin = Kube.connect(kubeconfig=kubeconfig)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("kind") == "CustomResourceDefinition":
+            admin.apply(doc)
+    _, left = converge(lambda: admin.missing_kinds({
+        ("eventop.dev/v1", "CopyRule"), ("eventop.dev/v1", "ExchangeRate"),
+        ("eventop.dev/v1", "RegistryMirror")}), 60)
+    assert not left, left
+    return cluster
+
+
+@pytest.fixture
+def controllable(cluster: Cluster) -> Cluster:
+    """The faults that restart the API server or compact etcd need the cluster this run
+    started (``EVENTOP_TEST_CLUSTER_DIR``, as ``.ci/run`` sets it); never someone else's."""
+    if not cluster.controllable:
+        pytest.skip("needs EVENTOP_TEST_CLUSTER_DIR (the state dir of ../shared/k8s/cluster) "
+                    "to restart the API server or compact etcd")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def rates_url() -> Iterator[str]:
+    with RatesStandIn() as url:
+        yield url
+
+
+@pytest.fixture
+def stack(cluster: Cluster, rates_url: str, tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(cluster, tmp_path, rates_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def workload(cluster: Cluster) -> Iterator[Workload]:
+    from eventop.kube import Kube
+
+    world = Kube.connect(kubeconfig=cluster.kubeconfig)
+    world.field_manager = "eventop-tests-world"
+    w = Workload(world, uuid.uuid4().hex[:6])
+    try:
+        yield w
+    finally:
+        w.cleanup()

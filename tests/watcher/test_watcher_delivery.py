@@ -182,6 +182,30 @@ def test_an_object_whose_handler_keeps_failing_backs_off_alone(sink) -> None:
     assert d.delivered == 32
 
 
+def test_a_slow_kind_never_holds_every_worker(sink) -> None:
+    """ExchangeRates while the rates provider is down: each event is slow. They may take
+    half of the workers; objects of every other kind keep the other half."""
+    sink.slow_events("uid-rate-", 1.0)
+    d = Deliverer(sink.url, lanes=2, queue_size=100, policy=FAST).start()
+    try:
+        for i in range(6):
+            rate = {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                    "metadata": {"name": f"rate-{i}", "namespace": "default",
+                                 "uid": f"uid-rate-{i}", "resourceVersion": "1"}}
+            assert d.submit(Outgoing.of(to_cloudevent("add", rate, "test"), key=f"r{i}"), 1)
+        for i in range(10):
+            assert d.submit(_item(f"cm-{i}", 1), timeout=1)
+        assert sink.wait_for(10, 20)
+        # all ten ConfigMaps are through while most ExchangeRates still wait their turn
+        configmaps = [i for i in sink.ids() if i.startswith("uid-cm-")]
+        assert len(configmaps) == 10 and len(sink.ids()) < 16
+        assert d.max_per_kind == 1
+        assert d.join(20)
+    finally:
+        d.stop()
+    assert len(sink.ids()) == 16
+
+
 def test_a_sink_outage_pauses_everyone_without_aging_each_objects_backoff(sink) -> None:
     """Connection refused is the sink's failure, not the event's: the shared gate retries
     it with the short sink backoff, so a long outage does not leave every key with a
@@ -209,7 +233,7 @@ def test_stop_after_the_drain_does_not_wait_for_a_hanging_post(sink) -> None:
     after the sink's read timeout (Kubernetes kills it 30 s after SIGTERM)."""
     sink.hang(5)
     policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 30.0))
-    d = Deliverer(sink.url, lanes=2, queue_size=10, policy=policy).start()
+    d = Deliverer(sink.url, lanes=2, queue_size=10, policy=policy, max_per_kind=2).start()
     for name in ("a", "b", "c"):
         assert d.submit(_item(name, 1), timeout=1)
     assert wait_until(lambda: sink.hanging == 2, 10)

@@ -214,6 +214,8 @@ class Kube:
     # -- reads -----------------------------------------------------------------------
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj:
+        if not name:  # the path of the collection: a List would come back as if an object
+            raise errors.NotFound(f"no {kind} can have an empty name", reason="NotFound")
         res = self.resource(api_version, kind)
         obj: Obj = self.request("GET", res.path(namespace, name), verb="get")
         return obj

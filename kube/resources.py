@@ -9,6 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eventop.kube import errors
+
+# What the API server refuses in any object's name (apimachinery's IsValidPathSegmentName),
+# plus what would end the path of a URL: such a name, from an event body, would otherwise
+# address another path ("x/status", "", "..": the collection, a subresource, a parent).
+_NOT_IN_NAMES = ("/", "%", "?", "#")
+
+
+def _segment(what: str, value: str) -> str:
+    if value in (".", "..") or any(c in value for c in _NOT_IN_NAMES):
+        raise errors.NotFound(f"no object can have the {what} {value!r}: Kubernetes names "
+                              "never contain '/', '%', '?' or '#', nor are '.' or '..'",
+                              reason="NotFound")
+    return value
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -27,10 +42,10 @@ class Resource:
         """The URL path of the collection, or of one object (and its subresource)."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment('namespace', namespace)}"
         base += f"/{self.plural}"
         if name:
-            base += f"/{name}"
+            base += f"/{_segment('name', name)}"
             if subresource:
                 base += f"/{subresource}"
         return base

@@ -218,12 +218,42 @@ def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
         if missing:
             raise BadEvent(400, f"Resource-mode data is not a Kubernetes object: missing "
                                 f"{', '.join(missing)}", known)
+        wrong = _misshapen_metadata(meta)
+        if wrong:
+            raise BadEvent(400, f"Resource-mode data is not a Kubernetes object: "
+                                f"{'; '.join(wrong)}", known)
     elif event.ref is None:
         missing = [f for f, ext in (("apiVersion", "apiversion"), ("kind", "kind"),
                                     ("name", "name"))
                    if not data.get(f) and not event.extensions.get(ext)]
         raise BadEvent(400, f"Reference-mode data must name the object: missing "
                             f"{', '.join(missing)}", known)
+
+
+_META_STRINGS = ("namespace", "uid", "resourceVersion", "deletionTimestamp", "creationTimestamp")
+_META_MAPS = ("labels", "annotations")
+
+
+def _misshapen_metadata(meta: dict[str, Any]) -> list[str]:
+    """What in ``metadata`` has a shape no API server sends (handlers read these fields from
+    the event, e.g. to match a deleted object by its labels or owners)."""
+    wrong = [f"metadata.{f} must be a string" for f in _META_STRINGS
+             if meta.get(f) is not None and not isinstance(meta[f], str)]
+    for field in _META_MAPS:
+        value = meta.get(field)
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(v, str) for v in value.values())):
+            wrong.append(f"metadata.{field} must map strings to strings")
+    owners = meta.get("ownerReferences")
+    if owners is not None and not (isinstance(owners, list) and all(
+            isinstance(o, dict) and all(isinstance(o.get(k), str) for k in ("kind", "name"))
+            for o in owners)):
+        wrong.append("metadata.ownerReferences must be a list of references (kind, name)")
+    generation = meta.get("generation")
+    if generation is not None and (isinstance(generation, bool)
+                                   or not isinstance(generation, int)):
+        wrong.append("metadata.generation must be an integer")
+    return wrong
 
 
 def _nonempty_str(value: Any) -> bool:

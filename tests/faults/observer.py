@@ -90,7 +90,11 @@ class Observer:
                 self._versions[key] = meta["resourceVersion"]
 
     def _relist(self, kind: str, count: bool) -> str:
-        items, rv = self.kube.list_with_version("v1", kind, label_selector=MANAGED)
+        items: list[dict[str, Any]] = []
+        rv = ""
+        for page in self.kube.pages(self.kube.resource("v1", kind), label_selector=MANAGED):
+            items += page["items"]
+            rv = str(page["metadata"].get("resourceVersion") or rv)
         seen = set()
         with self._lock:
             for obj in items:

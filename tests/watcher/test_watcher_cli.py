@@ -177,3 +177,21 @@ def test_an_unreachable_api_server_is_waited_for_at_start() -> None:
 
     down = Kube.connect(url="http://127.0.0.1:9")
     check_builtin_resources(down, [ResourceSpec.parse("foo")])
+
+
+def test_emit_and_the_deliverer_send_the_router_token_when_one_is_set(sink, monkeypatch) -> None:
+    from eventop.events import to_cloudevent
+    from eventop.watcher.delivery import Deliverer, Outgoing
+
+    monkeypatch.setenv("EVENTOP_ROUTER_TOKEN", "t0ken")
+    assert main(["emit", "dev.eventop.exchangerates.refresh", "--sink", sink.url, *FAST]) == 0
+    d = Deliverer(sink.url, lanes=1, headers={"Authorization": "Bearer t0ken"}).start()
+    try:
+        item = Outgoing.of(to_cloudevent("add", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                 "metadata": {"name": "a", "namespace": "n",
+                                                              "uid": "u", "resourceVersion": "1"}},
+                                         "test"))
+        assert d.submit(item, timeout=1) and d.join(10)
+    finally:
+        d.stop()
+    assert [r.headers.get("authorization") for r in sink.accepted] == ["Bearer t0ken"] * 2

@@ -44,6 +44,8 @@ environment (besides the variables of the options above):
                             databases, exchange_rates, mirrors); unset: all, "none":
                             only yours
   EVENTOP_MAX_BODY_BYTES    request body limit in bytes (default 8388608 = 8 MiB)
+  EVENTOP_ROUTER_TOKEN      when set, an event must carry "Authorization: Bearer <token>"
+                            or is answered 401 (probes and /metrics stay open); unset: off
   RATES_API_URL             the exchange-rate provider, a Frankfurter API (default
                             https://api.frankfurter.dev/v1)
   PROMETHEUS_MULTIPROC_DIR  directory for per-worker metric files; its *.db files are

@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="List and watch the configured resources forever and post each change as "
                     "a CloudEvent. Resources are written [group/]version/plural[@namespace]"
                     "[:label-selector], separated by spaces. Default: "
-                    + " ".join(DEFAULT_RESOURCES))
+                    + " ".join(DEFAULT_RESOURCES),
+        epilog="environment: EVENTOP_ROUTER_TOKEN, when set, is sent as 'Authorization: "
+               "Bearer <token>' with every event (the router requires it when it has it too)")
     _add_common(run, kube=True)
     run.add_argument("--resource", action="append", default=None, metavar="RESOURCE",
                      help="a resource to watch (repeatable); replaces the default set")

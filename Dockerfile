@@ -25,7 +25,8 @@ RUN sed -n '1,/^# --- test and development/p' requirements.txt \
         -r runtime-requirements.txt \
     && /opt/venv/bin/pip check
 # eventop itself, as the wheel `pip install eventop` gives (pyproject.toml maps the rooms of the
-# repository to eventop.<room>), without the local API server, which only tests and the demo use.
+# repository to eventop.<room>), without the local API server and the test kit, which only
+# tests and the demo use.
 COPY pyproject.toml ./
 COPY eventop/ eventop/
 COPY engine/ engine/
@@ -34,8 +35,10 @@ COPY handlers/ handlers/
 COPY router/ router/
 COPY watcher/ watcher/
 COPY localkube/ localkube/
+COPY testing/ testing/
 RUN /opt/venv/bin/pip install --no-deps . \
     && rm -r /opt/venv/lib/python3.*/site-packages/eventop/localkube \
+        /opt/venv/lib/python3.*/site-packages/eventop/testing \
     && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 # --- runtime: the venv (dependencies and eventop), a non-root user ------------------------

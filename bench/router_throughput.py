@@ -30,8 +30,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from demo.processes import Process, RouterProcess, free_port, wait_http  # noqa: E402
 from eventop.handlers import Event, on  # noqa: E402
+from eventop.testing.processes import Process, RouterProcess, free_port, wait_http  # noqa: E402
 
 # How the router and the bare server import this file (PYTHONPATH is the repository).
 MODULE = "bench.router_throughput"
@@ -174,9 +174,9 @@ def main() -> None:
     ports = {"bare": free_port()}
     try:
         servers["bare"] = Process("bare", [MODULE, "--serve-bare", "--port", str(ports["bare"]),
-                                           *common], env)
+                                           *common], env, cwd=REPO)
         wait_http(f"http://127.0.0.1:{ports['bare']}/", proc=servers["bare"].proc)
-        router_process = RouterProcess(env, args.workers,
+        router_process = RouterProcess(env, args.workers, cwd=REPO,
                                        extra_args=["--threads", str(args.threads)])
         servers["router"], ports["router"] = router_process, router_process.port
         print(f"router throughput: {args.workers} gunicorn workers x {args.threads} threads "

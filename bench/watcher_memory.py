@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from demo.processes import WatcherProcess  # noqa: E402
+from eventop.testing.processes import WatcherProcess  # noqa: E402
 
 
 def proc_status(pid: int) -> dict[str, int]:

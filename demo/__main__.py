@@ -28,10 +28,10 @@ from types import FrameType
 
 from urllib3.exceptions import InsecureRequestWarning
 
-from demo.processes import REPO, RouterProcess, WatcherProcess
-from demo.world import Expectations, LocalWorld, World, load_examples, report
+from demo.world import REPO, Expectations, LocalWorld, World, load_examples, report
 from eventop.cli import ConfigError, Parser, number
 from eventop.cli import report as report_error
+from eventop.testing.processes import RouterProcess, WatcherProcess
 
 PROG = "python -m demo"
 
@@ -149,14 +149,14 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
         world, env = start_local(stack, log_dir)
 
     try:
-        router = RouterProcess(env, log_dir=log_dir)
+        router = RouterProcess(env, log_dir=log_dir, cwd=REPO)
     except Exception as exc:
         raise Failed(f"the router did not start: {_one_line(exc)}") from None
     stack.callback(router.stop, keep_log=True)
     check_stop()
     print(f"  [3/5] router (gunicorn)       {router.url}  log: {router.log_path}")
     watcher = WatcherProcess(router.url, {**env, "EVENTOP_RESYNC_SECONDS": "30"},
-                             log_dir=log_dir)
+                             log_dir=log_dir, cwd=REPO)
     stack.callback(watcher.stop, keep_log=True)
     check_stop()
     print(f"  [4/5] watcher                 sink={router.url}  log: {watcher.log_path}")
@@ -202,17 +202,16 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
 def start_local(stack: contextlib.ExitStack, log_dir: str) -> tuple[LocalWorld, dict[str, str]]:
     """The embedded local API server and the rates stand-in."""
     from demo.provider import RatesStandIn
-    from eventop.localkube import LocalKube
+    from eventop.testing.cluster import LocalCluster
 
     if os.environ.pop("KUBECONFIG", None):  # so that no child process can reach that cluster
         print("(KUBECONFIG is set and ignored: pass --cluster to run against that cluster)")
     print("eventop demo — embedded local API server, no cluster needed")
     try:
-        local = LocalKube(crd_dir=str(REPO / "crds"))
-        local.start()
+        local = LocalCluster([REPO / "crds"])
     except Exception as exc:
         raise Failed(f"the local API server did not start: {_one_line(exc)}") from None
-    stack.callback(local.stop)
+    stack.callback(local.close)
     print(f"  [1/5] local API server        {local.url}  (CRDs from crds/ installed)")
     rates = stack.enter_context(RatesStandIn())
     print(f"  [2/5] rates provider stand-in {rates}  (set RATES_API_URL for real)")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import subprocess
 import sys
 import time
@@ -13,8 +11,11 @@ from typing import Any
 
 import yaml
 
-from demo.processes import REPO
-from eventop.kube import Kube, KubeError, NotFound
+from eventop.kube import Kube, KubeError
+from eventop.testing.cluster import LocalCluster, world_copy
+from eventop.testing.recordings import replay
+
+REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 GROUP = "eventop.dev/v1"
@@ -22,8 +23,6 @@ CR_KINDS = ("RegistryMirror", "CopyRule", "ExchangeRate")
 OWNED_KINDS = (("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"),
                ("v1", "PersistentVolumeClaim"), ("apps/v1", "StatefulSet"),
                ("apps/v1", "DaemonSet"))
-SERVER_FIELDS = ("resourceVersion", "managedFields", "creationTimestamp", "generation",
-                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
 
 
 def load_examples(folder: Path) -> list[Obj]:
@@ -33,19 +32,6 @@ def load_examples(folder: Path) -> list[Obj]:
     # Namespaces and Secrets first: the custom resources refer to them.
     order = {"Namespace": 0, "Secret": 1, "ConfigMap": 1}
     return sorted(docs, key=lambda d: order.get(d.get("kind", ""), 2))
-
-
-def world_copy(obj: Obj) -> Obj:
-    """The object as the outside world would write it: no server-owned metadata.
-
-    Recorded objects carry the resourceVersion, managedFields... the server gave them;
-    written back as they are, a replace would be refused as a conflict.
-    """
-    obj = copy.deepcopy(obj)
-    meta = obj.setdefault("metadata", {})
-    for field in SERVER_FIELDS:
-        meta.pop(field, None)
-    return obj
 
 
 def objects_by_owner(kube: Kube) -> dict[str, list[Obj]]:
@@ -171,43 +157,25 @@ class World:
 class LocalWorld(World):
     """The embedded local API server; ``kubeconfig`` is written for kubectl to reach it."""
 
-    def __init__(self, local: Any, kubeconfig: Path) -> None:
-        self.local = local
-        self.kube = Kube.connect(url=local.url)
-        self.kubeconfig = kubeconfig
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "eventop-demo",
-            "clusters": [{"name": "eventop-demo", "cluster": {"server": local.url}}],
-            "users": [{"name": "eventop-demo", "user": {}}],
-            "contexts": [{"name": "eventop-demo",
-                          "context": {"cluster": "eventop-demo", "user": "eventop-demo"}}],
-        }, sort_keys=False))
+    def __init__(self, cluster: LocalCluster, kubeconfig: Path) -> None:
+        self.cluster = cluster
+        self.kube = cluster.kube
+        self.kubeconfig = cluster.kubeconfig(kubeconfig)
 
     def put(self, obj: Obj) -> None:
-        self.local.put(world_copy(obj))
+        self.cluster.put(obj)
 
     def replay_recordings(self, folder: Path, expect: Expectations) -> int:
-        """Make the recorded changes happen again, in order, paced like a live cluster."""
-        from eventop.watcher.recording import load_initial, load_recording
+        """Make the recorded changes happen again, in order, paced like a live cluster (the
+        watcher posts them)."""
 
-        paths = [folder / "copy-rules", folder / "mirrors-and-rates"]
-        for obj in load_initial(paths):
-            self.put(obj)
-        changes = load_recording(paths)
-        for change, obj in changes:
-            meta = obj["metadata"]
-            if change == "delete" or (obj["kind"] == "Namespace"
-                                      and meta.get("deletionTimestamp")):
-                if obj.get("apiVersion") == GROUP:
-                    expect.owner_deleted(obj)
-                # The object may already be gone with its namespace.
-                with contextlib.suppress(KeyError, NotFound):
-                    self.local.remove(obj["apiVersion"], obj["kind"], meta["name"],
-                                      meta.get("namespace"))
-            else:
-                self.put(obj)
+        def paced(change: str, obj: Obj) -> None:
+            if change == "delete" and obj.get("apiVersion") == GROUP:
+                expect.owner_deleted(obj)
             time.sleep(0.05)
-        return len(changes)
+
+        return len(replay(self.cluster, [folder / "copy-rules", folder / "mirrors-and-rates"],
+                          paced))
 
 
 class ClusterWorld(World):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __version__ = "0.1.0"
@@ -42,10 +43,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eventop' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def lazy_exports(package: str, exports: dict[str, str],
+                 namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) that imports each name of ``exports`` (name ->
+    module) on first use and keeps it in ``namespace``, the package's globals."""
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+    return __getattr__
+
+
+__getattr__ = lazy_exports("eventop", _EXPORTS, globals())

@@ -44,23 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "cluster server is the printed URL.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1]")
     parser.add_argument("--port", type=PORT, default=8001, help="0 picks a free port [8001]")
-    parser.add_argument("--crds", default="crds",
+    parser.add_argument("--crds", default=None,
                         help="directory of CRD yaml files to install, relative to here or to "
-                             "the repository [crds]; --crds '' installs none")
+                             "the repository [crds, if there is one]; --crds '' installs none")
     parser.add_argument("--history", type=integer(1), default=10000,
                         help="watch events kept for resuming watches [10000]")
     log_options(parser)
     return parser
 
 
-def crd_dir(given: str) -> str | None:
-    """The CRD folder to install: ``given`` (relative to here, else to the repository), or
-    none for ``''``."""
+def crd_dir(given: str | None) -> str | None:
+    """The CRD folder to install: ``given`` (relative to here, else to the repository), none
+    for ``''``; not given, ``crds`` if there is one here or in the repository."""
     if given == "":
         return None
-    for folder in (Path(given), REPO_CRDS.parent / given):
+    for folder in (Path(given or "crds"), REPO_CRDS.parent / (given or "crds")):
         if folder.is_dir():
             return str(folder.resolve())
+    if given is None:
+        return None
     raise ConfigError(f"--crds {given!r}: no such directory (give a folder of CRD yaml "
                       "files, or --crds '' for none)")
 

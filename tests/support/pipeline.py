@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import requests
 from cloudevents.core.v1.event import CloudEvent
 
-from demo.world import world_copy
 from eventop.events import simple_event, to_cloudevent, to_http
 from eventop.kube import Kube
+from eventop.testing.cluster import world_copy
 from eventop.watcher.recording import load_initial, load_recording
 from tests.support.processes import RouterProcess
 from tests.support.waiting import wait_until

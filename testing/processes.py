@@ -1,6 +1,10 @@
-"""Run eventop's own processes (router under gunicorn, watcher) as subprocesses on loopback.
+"""eventop's own processes (the router under gunicorn, the watcher) as subprocesses on loopback.
 
-Used by ``make demo`` and by the tests, so both exercise exactly what a user runs.
+A handler's tests, ``make demo`` and eventop's own tests all start them here, so each runs
+exactly what a user runs: ``python -m eventop.router`` and ``python -m eventop.watcher run``.
+Each child's output goes to a log file the test (or the demo) can read; its working
+directory (the caller's by default) comes first on ``PYTHONPATH``, so ``EVENTOP_HANDLERS``
+can name a module of the project under test.
 """
 
 from __future__ import annotations
@@ -15,10 +19,9 @@ from pathlib import Path
 
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def free_port() -> int:
+    """A TCP port free on loopback right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -41,18 +44,24 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
 
 
 class Process:
-    """A ``python -m <module> ...`` child whose output goes to a log file."""
+    """A ``python -m <module> ...`` child whose output goes to a log file.
+
+    ``env`` is added to this process' environment; ``cwd`` (default: the current directory)
+    is where it runs, first on its ``PYTHONPATH``.
+    """
 
     def __init__(self, name: str, args: list[str], env: dict[str, str],
-                 log_dir: str | None = None) -> None:
-        full_env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
-        full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+                 log_dir: str | None = None, cwd: str | Path | None = None) -> None:
         self.name = name
-        fd, path = tempfile.mkstemp(prefix=f"eventop-{name}-", suffix=".log", dir=log_dir)
+        self.cwd = Path(cwd or os.getcwd())
+        path = os.pathsep.join(p for p in (str(self.cwd), os.environ.get("PYTHONPATH")) if p)
+        full_env = {**os.environ, "PYTHONPATH": path, **env}
+        full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        fd, log = tempfile.mkstemp(prefix=f"eventop-{name}-", suffix=".log", dir=log_dir)
         os.close(fd)
-        self.log_path = Path(path)
+        self.log_path = Path(log)
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=full_env,
+        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=self.cwd, env=full_env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
@@ -67,6 +76,8 @@ class Process:
         return self.proc.poll()
 
     def stop(self, keep_log: bool = False) -> None:
+        """SIGTERM (graceful: the router finishes its events, the watcher drains), then
+        SIGKILL after 15 s."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -80,16 +91,16 @@ class Process:
 
 
 class RouterProcess(Process):
-    """``python -m eventop.router`` under gunicorn on a free loopback port."""
+    """``python -m eventop.router`` under gunicorn on a free loopback port, answering."""
 
     def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__("router", ["eventop.router", "--host", "127.0.0.1",
                                     "--port", str(self.port),
                                     "--workers", str(workers), *(extra_args or [])],
-                         env, log_dir)
+                         env, log_dir, cwd)
         try:
             wait_http(self.url + "/healthz", proc=self.proc)
         except BaseException as exc:  # also Ctrl-C: never leave the router running
@@ -105,6 +116,6 @@ class WatcherProcess(Process):
     """``python -m eventop.watcher run`` posting to ``sink``."""
 
     def __init__(self, sink: str, env: dict[str, str], log_dir: str | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
         super().__init__("watcher", ["eventop.watcher", "run", *(extra_args or [])],
-                         {**env, "K_SINK": sink}, log_dir)
+                         {**env, "K_SINK": sink}, log_dir, cwd)

@@ -1,0 +1,173 @@
+"""The API server a test runs against: eventop's local one, or a real cluster.
+
+Both offer the same verbs, so a scenario is written once: :meth:`Cluster.put` and
+:meth:`Cluster.remove` change the cluster as the outside world would (a user, ``kubectl
+apply``), :meth:`Cluster.get`/:meth:`Cluster.list` read it for assertions, and
+:attr:`Cluster.env` is what the router and watcher processes need to reach it.
+
+* :class:`LocalCluster`: :class:`eventop.localkube.LocalKube` over HTTP on loopback, fresh
+  for each test, with the given CRDs installed. Fast, and checked against recordings of a real
+  API server; its controllers (garbage collection, namespace deletion) run inside each write.
+* :class:`RealCluster`: the cluster of a kubeconfig (``EVENTOP_TEST_KUBECONFIG`` in the
+  pytest plugin); the CRDs are applied and waited for; the world writes with a field manager
+  of its own, and its garbage collector works in the background (:meth:`Cluster.wait_for`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eventop.kube import Kube
+from eventop.testing.waiting import wait_until
+
+Obj = dict[str, Any]
+
+# What the API server sets; a recorded object written back with them would be refused (a
+# stale resourceVersion) or ignored.
+SERVER_FIELDS = ("resourceVersion", "managedFields", "creationTimestamp", "generation",
+                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+
+
+def world_copy(obj: Obj) -> Obj:
+    """The object as the outside world would write it: no server-owned metadata."""
+    obj = copy.deepcopy(obj)
+    meta = obj.setdefault("metadata", {})
+    for field in SERVER_FIELDS:
+        meta.pop(field, None)
+    return obj
+
+
+def load_crds(paths: Iterable[str | Path]) -> list[Obj]:
+    """The CustomResourceDefinitions in these YAML files and folders (``*.yaml``, ``*.yml``);
+    other documents (a kustomization) are skipped."""
+    docs: list[Obj] = []
+    for given in paths:
+        path = Path(given)
+        files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise FileNotFoundError(f"no CRD file at {path}")
+        for file in files:
+            docs += [d for d in yaml.safe_load_all(file.read_text())
+                     if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+    return docs
+
+
+class Cluster:
+    """The verbs of a test's API server (see the module docstring)."""
+
+    kube: Kube
+    env: dict[str, str]
+    url: str
+
+    def put(self, obj: Obj) -> Obj:
+        """Create or update ``obj`` as the outside world would; returns what is stored."""
+        raise NotImplementedError
+
+    def remove(self, api_version: str, kind: str, name: str,
+               namespace: str | None = None) -> None:
+        """Delete the object (a namespace: it terminates, with its content)."""
+        raise NotImplementedError
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> Obj | None:
+        return self.kube.get_or_none(api_version, kind, name, namespace)
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
+        return list(self.kube.list(api_version, kind, namespace=namespace))
+
+    def settle(self) -> None:
+        """Wait until the API server finished the background work of past writes."""
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 60.0,
+                 what: str = "condition") -> Any:
+        """Poll ``predicate()`` until truthy; :class:`TimeoutError` naming ``what``."""
+        value = wait_until(predicate, timeout, interval=0.1)
+        if not value:
+            raise TimeoutError(f"{what} not reached within {timeout:g}s")
+        return value
+
+    def close(self) -> None:
+        """Stop what this cluster object started."""
+
+
+class LocalCluster(Cluster):
+    """eventop's local API server, with ``crds`` installed (paths of files or folders)."""
+
+    def __init__(self, crds: Iterable[str | Path] = (), **options: Any) -> None:
+        from eventop.localkube import LocalKube
+
+        self.local = LocalKube(crd_dir=None, **options)
+        self.url = self.local.start()
+        try:
+            for crd in load_crds(crds):
+                self.local.put(crd)
+        except BaseException:
+            self.local.stop()
+            raise
+        self.kube = Kube.connect(url=self.url)
+        self.env = {"EVENTOP_KUBE_URL": self.url}
+
+    def put(self, obj: Obj) -> Obj:
+        stored: Obj = self.local.put(world_copy(obj))
+        return stored
+
+    def remove(self, api_version: str, kind: str, name: str,
+               namespace: str | None = None) -> None:
+        self.local.remove(api_version, kind, name, namespace)
+
+    def settle(self) -> None:
+        self.local.wait_idle()
+
+    def kubeconfig(self, path: Path) -> Path:
+        """Write a kubeconfig for ``kubectl`` (and anything else) to reach this server."""
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "eventop-local",
+            "clusters": [{"name": "eventop-local", "cluster": {"server": self.url}}],
+            "users": [{"name": "eventop-local", "user": {}}],
+            "contexts": [{"name": "eventop-local",
+                          "context": {"cluster": "eventop-local", "user": "eventop-local"}}],
+        }, sort_keys=False))
+        return path
+
+    def close(self) -> None:
+        self.local.stop()
+
+
+class RealCluster(Cluster):
+    """The cluster of ``kubeconfig``: ``crds`` are applied and waited for (Established)."""
+
+    FIELD_MANAGER = "eventop-tests-world"
+
+    def __init__(self, kubeconfig: str, crds: Iterable[str | Path] = ()) -> None:
+        self.kube = Kube.connect(kubeconfig=kubeconfig)
+        self.world = self.kube.for_manager(self.FIELD_MANAGER)
+        self.url = self.kube.host
+        self.env = {"KUBECONFIG": kubeconfig}
+        for crd in load_crds(crds):
+            self.world.apply(crd, force=True)
+            name = crd["metadata"]["name"]
+            self.wait_for(lambda name=name: self._established(name), 60,
+                          f"CustomResourceDefinition {name} Established")
+
+    def _established(self, name: str) -> bool:
+        crd = self.kube.get_or_none("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        return any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in ((crd or {}).get("status") or {}).get("conditions") or [])
+
+    def put(self, obj: Obj) -> Obj:
+        body = world_copy(obj)
+        body["metadata"].pop("uid", None)
+        body.pop("status", None)
+        return self.world.apply(body, force=True)
+
+    def remove(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+               timeout: float = 120.0) -> None:
+        if not self.world.delete(api_version, kind, name, namespace):
+            return
+        self.wait_for(lambda: self.world.get_or_none(api_version, kind, name, namespace) is None,
+                      timeout, f"{kind} {namespace or ''}/{name} gone")

@@ -1,0 +1,1 @@
+"""eventop's test kit (eventop.testing) as a handler author uses it."""

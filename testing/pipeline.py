@@ -11,6 +11,7 @@ in production.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +27,7 @@ from eventop.testing.processes import RouterProcess, WatcherProcess
 from eventop.testing.recordings import replay
 
 Obj = dict[str, Any]
+TOKEN = "EVENTOP_ROUTER_TOKEN"  # the router then wants it on every event (router/auth.py)
 
 
 class Pipeline:
@@ -46,6 +48,8 @@ class Pipeline:
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="eventop-test-")
         self.source = cluster.url
         common = {**cluster.env, "EVENTOP_LOG_FORMAT": "json", **(env or {})}
+        token = common.get(TOKEN) or os.environ.get(TOKEN, "")
+        self._auth = {"Authorization": f"Bearer {token.strip()}"} if token.strip() else {}
         self.router = RouterProcess({**common, "EVENTOP_HANDLERS": handlers,
                                      "EVENTOP_BUILTIN_HANDLERS": builtin},
                                     workers=workers, log_dir=self.log_dir, cwd=cwd)
@@ -77,7 +81,8 @@ class Pipeline:
 
     def send(self, event: CloudEvent) -> int:
         headers, body = to_http(event)
-        return requests.post(self.router.url, data=body, headers=headers, timeout=60).status_code
+        return requests.post(self.router.url, data=body, headers={**headers, **self._auth},
+                             timeout=60).status_code
 
     def replay(self, paths: str | Path | Iterable[str | Path], order: str = "in_order",
                seed: int = 0, after_each: Callable[[str, Obj], None] | None = None

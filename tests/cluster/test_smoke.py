@@ -51,8 +51,8 @@ def installed_crds(cluster_pipeline) -> list[str]:
 
 
 def test_crds_apply_and_become_established(installed_crds):
-    assert sorted(installed_crds) == ["copyrules.eventop.dev", "exchangerates.eventop.dev",
-                                      "registrymirrors.eventop.dev"]
+    assert sorted(installed_crds) == ["copyrules.eventop.dev", "databases.eventop.dev",
+                                      "exchangerates.eventop.dev", "registrymirrors.eventop.dev"]
 
 
 def test_replayed_exchange_rate_event_fills_its_configmap(cluster_pipeline, installed_crds):

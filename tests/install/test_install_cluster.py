@@ -105,6 +105,8 @@ def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
                 if proc is not None:
                     proc.stop(keep_log=True)
             workload.cleanup()
+            run_kubectl(admin_kubeconfig, "delete", "-k", str(REPO / "deploy"), "--wait=false",
+                        "--ignore-not-found", check=False)
     assert not left, (left, watcher.log()[-3000:] if watcher else "")
     assert router is not None and watcher is not None
     # A 403 from RBAC names the ServiceAccount ("User system:serviceaccount:... cannot ...");

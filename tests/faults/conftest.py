@@ -11,8 +11,16 @@ import pytest
 import yaml
 
 from demo.provider import RatesStandIn
-from tests.faults.stack import REPO, Cluster, Stack, converge
+from tests.faults.stack import REPO, REPORTED, Cluster, Stack, converge
 from tests.faults.workload import Workload
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures of every fault run, together at the end (CI's log shows them)."""
+    if REPORTED:
+        terminalreporter.section("fault suite: time to converge, lost changes, side effects")
+        for line in REPORTED:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

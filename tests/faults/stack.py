@@ -173,12 +173,17 @@ def converge(unmet: Callable[[], list[str]], timeout: float) -> tuple[float, lis
     return time.monotonic() - start, left
 
 
+REPORTED: list[str] = []  # printed again at the end of the run (tests/faults/conftest.py)
+
+
 def report(fault: str, **figures: Any) -> None:
-    """One line per fault on stdout (``pytest -s`` or the CI log shows it)."""
+    """One line per fault: on stdout (``pytest -s``), at the end of the run's summary, and
+    appended to ``$EVENTOP_FAULT_REPORT`` if set."""
     parts = " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in figures.items())
     line = f"FAULT {fault}: {parts}"
     print(line, flush=True)
+    REPORTED.append(line)
     out = os.environ.get("EVENTOP_FAULT_REPORT")
     if out:
         with open(out, "a") as fh:

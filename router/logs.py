@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from typing import Any
 
 LOGGER = "eventop"
@@ -155,3 +156,23 @@ def configure(level: str | None = None, *, force: bool = False,
     handler._eventop = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.propagate = False
+    if force:
+        _warnings_as_lines(handler)
+
+
+def _warnings_as_lines(handler: logging.Handler) -> None:
+    """Python warnings become log lines in the same format, and urllib3's warning about a
+    kubeconfig with ``insecure-skip-tls-verify`` comes once, not with every API request.
+
+    urllib3 asks for that warning on every request ("always"), which buried the router's and
+    the watcher's lines under two lines of text per request; the flag is the user's choice,
+    said once it is enough.
+    """
+    from urllib3.exceptions import InsecureRequestWarning
+
+    logging.captureWarnings(True)
+    captured = logging.getLogger("py.warnings")
+    if handler not in captured.handlers:
+        captured.addHandler(handler)
+    captured.propagate = False
+    warnings.filterwarnings("once", category=InsecureRequestWarning)

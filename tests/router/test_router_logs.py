@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,22 @@ def test_the_event_line_carries_each_handlers_result_as_a_field(tmp_path: Path) 
     assert (line["kind"], line["namespace"], line["name"], line["status"]) == (
         "ConfigMap", "team-b", "db", 200)
     assert "never-logged" not in router.log()
+
+
+def test_python_warnings_are_lines_and_the_insecure_tls_warning_comes_once(
+        tmp_path: Path) -> None:
+    """A kubeconfig with insecure-skip-tls-verify made urllib3 warn on every request."""
+    code = """
+import warnings
+from urllib3.exceptions import InsecureRequestWarning
+from eventop.router import logs
+logs.configure("info", force=True, log_format="json")
+for _ in range(3):
+    warnings.warn("Unverified HTTPS request is being made to host '10.0.0.1'",
+                  InsecureRequestWarning, stacklevel=1)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert len(lines) == 1 and lines[0]["logger"] == "py.warnings"
+    assert "InsecureRequestWarning: Unverified HTTPS request" in lines[0]["message"]

@@ -124,6 +124,7 @@ def check_environment() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
+    host = args.host or ("0.0.0.0" if in_container() else "127.0.0.1")
     try:
         check_environment()
     except ConfigError as exc:
@@ -135,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     master = os.getpid()
 
     try:
-        from eventop.router.server import ServerOptions, serve
+        from eventop.router.server import PortInUse, ServerOptions, serve
 
         serve(ServerOptions(
-            host=args.host or ("0.0.0.0" if in_container() else "127.0.0.1"),
+            host=host,
             port=args.port,
             workers=args.workers,
             threads=args.threads,
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         ))
     except ConfigError as exc:
         return report(PROG, exc)
+    except PortInUse as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
     finally:
         # Also when gunicorn exits early (port in use, bad handler module). Forked workers
         # unwind through here too when they exit: only the master may remove the directory.

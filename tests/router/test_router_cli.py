@@ -288,3 +288,24 @@ def test_starting_the_cli_imports_no_prometheus_client_before_the_metrics_dir_is
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
+
+
+def test_a_host_that_is_not_this_machines_is_one_line_and_exit_status_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "eventop.router", "--host", "999.1.1.1",
+                           "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("python -m eventop.router: error: --host '999.1.1.1': ")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_a_port_in_use_is_one_line_not_five_attempts() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _router({}, "--port", str(port))
+    assert proc.returncode == 1
+    assert proc.stderr == (f"python -m eventop.router: error: port {port} on 127.0.0.1 is in "
+                           "use (another router?): choose another --port or PORT\n")

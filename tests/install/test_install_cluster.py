@@ -80,9 +80,18 @@ def can_i(admin_kubeconfig: str, account: str, *what: str) -> bool:
     return proc.stdout.strip() == "yes"
 
 
-def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
-        admin_kubeconfig: str, tmp_path: Path) -> None:
+@pytest.fixture
+def installed(admin_kubeconfig: str) -> Iterator[str]:
+    """``deploy/`` applied for real (its pods stay Pending: no kubelet), removed afterwards."""
     run_kubectl(admin_kubeconfig, "apply", "--server-side", "-k", str(REPO / "deploy"))
+    yield admin_kubeconfig
+    run_kubectl(admin_kubeconfig, "delete", "-k", str(REPO / "deploy"), "--wait=false",
+                "--ignore-not-found", check=False)
+
+
+def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
+        installed: str, tmp_path: Path) -> None:
+    admin_kubeconfig = installed
     router_cfg = token_kubeconfig(admin_kubeconfig, "eventop-router", tmp_path / "router")
     watcher_cfg = token_kubeconfig(admin_kubeconfig, "eventop-watcher", tmp_path / "watcher")
     world = Kube.connect(kubeconfig=admin_kubeconfig)
@@ -105,8 +114,6 @@ def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
                 if proc is not None:
                     proc.stop(keep_log=True)
             workload.cleanup()
-            run_kubectl(admin_kubeconfig, "delete", "-k", str(REPO / "deploy"), "--wait=false",
-                        "--ignore-not-found", check=False)
     assert not left, (left, watcher.log()[-3000:] if watcher else "")
     assert router is not None and watcher is not None
     # A 403 from RBAC names the ServiceAccount ("User system:serviceaccount:... cannot ...");

@@ -136,8 +136,10 @@ def test_router_serves_on_port_from_the_environment(image_like: dict[str, Any],
     try:
         answers: dict[str, int] = {}
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None and answers.get(
-                "/readyz") != 200:
+        # Until both answered 200: a server coming up between the two probes of one round
+        # answers the second only.
+        while (time.monotonic() < deadline and proc.poll() is None
+               and answers != {"/healthz": 200, "/readyz": 200}):
             for path in ("/healthz", "/readyz"):
                 with contextlib.suppress(requests.ConnectionError):
                     answers[path] = requests.get(f"http://127.0.0.1:{port}{path}",

@@ -73,12 +73,19 @@ class Cluster:
         """Delete the object (a namespace: it terminates, with its content)."""
         raise NotImplementedError
 
-    def get(self, api_version: str, kind: str, name: str,
-            namespace: str | None = None) -> Obj | None:
-        return self.kube.get_or_none(api_version, kind, name, namespace)
+    def get(self, *what: str | None) -> Obj | None:
+        """The object, or None: ``get("apps/v1/Deployment", name, namespace)`` (a kind
+        written as the engine writes it) or ``get("apps/v1", "Deployment", name, namespace)``.
+        """
+        api_version, kind, rest = _kind_of(what)
+        name, namespace = (*rest, None)[:2]
+        return self.kube.get_or_none(api_version, kind, str(name), namespace)
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
-        return list(self.kube.list(api_version, kind, namespace=namespace))
+    def list(self, *what: str | None) -> list[Obj]:
+        """Objects of a kind (``"v1/ConfigMap"`` or ``"v1", "ConfigMap"``), in a namespace if
+        one follows."""
+        api_version, kind, rest = _kind_of(what)
+        return list(self.kube.list(api_version, kind, namespace=(*rest, None)[0]))
 
     def settle(self) -> None:
         """Wait until the API server finished the background work of past writes."""
@@ -93,6 +100,16 @@ class Cluster:
 
     def close(self) -> None:
         """Stop what this cluster object started."""
+
+
+def _kind_of(what: tuple[str | None, ...]) -> tuple[str, str, tuple[str | None, ...]]:
+    """``("apps/v1/Deployment", ...)`` or ``("apps/v1", "Deployment", ...)``: apiVersion, kind
+    and the rest (a kind starts with a capital letter, an apiVersion's last part never does)."""
+    first = str(what[0])
+    head, _, last = first.rpartition("/")
+    if head and last[:1].isupper():
+        return head, last, what[1:]
+    return first, str(what[1]), what[2:]
 
 
 class LocalCluster(Cluster):

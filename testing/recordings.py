@@ -14,6 +14,7 @@ state whichever way its events arrive:
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,42 +35,47 @@ def recorded_changes(paths: str | Path | Iterable[str | Path]) -> list[tuple[str
     return [("add", obj) for obj in load_initial(given)] + load_recording(given)
 
 
-def make_change(cluster: Cluster, change: str, obj: Obj) -> None:
+def make_change(cluster: Cluster, change: str, obj: Obj) -> Obj:
     """Change ``cluster`` as the recorded change did (a namespace that turned Terminating is
-    deleted: the API server then terminates it as it did when recorded)."""
+    deleted: the API server then terminates it as it did when recorded); return the object
+    a watch of *this* API server would carry: as stored (its resourceVersion is this
+    server's, which the router's cache is compared with, not the recording's), or, for a
+    removal, the recorded object without a resourceVersion."""
     meta = obj["metadata"]
     if change == "delete" or (obj["kind"] == "Namespace" and meta.get("deletionTimestamp")):
         cluster.remove(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-    else:
-        cluster.put(obj)
+        gone = copy.deepcopy(obj)
+        gone["metadata"].pop("resourceVersion", None)
+        return gone
+    stored = cluster.put(obj)
+    return stored if isinstance(stored, dict) and stored.get("metadata") else obj
 
 
 def replay(cluster: Cluster, paths: str | Path | Iterable[str | Path],
            deliver: Callable[[str, Obj], T], *, order: str = "in_order", seed: int = 0,
            after_each: Callable[[str, Obj], None] | None = None) -> list[T]:
-    """Make the recorded changes on ``cluster`` and ``deliver(change, obj)`` each, in
-    ``order`` (see the module docstring); returns what ``deliver`` returned.
+    """Make the recorded changes on ``cluster`` and ``deliver(change, obj)`` each (``obj``
+    as :func:`make_change` returns it), in ``order`` (see the module docstring); returns what
+    ``deliver`` returned.
 
-    ``after_each(change, obj)`` (``in_order`` only) runs after each delivery, once the API
-    server settled: the place for assertions about the states in between.
+    ``after_each(change, recorded)`` (``in_order`` only) runs after each delivery, once the
+    API server settled: the place for assertions about the states in between.
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
     changes = recorded_changes(paths)
     answers: list[T] = []
     if order == "shuffled":
-        for change, obj in changes:
-            make_change(cluster, change, obj)
+        served = [(change, make_change(cluster, change, obj)) for change, obj in changes]
         cluster.settle()
-        shuffled = list(changes)
-        random.Random(seed).shuffle(shuffled)
-        answers = [deliver(change, obj) for change, obj in shuffled]
+        random.Random(seed).shuffle(served)
+        answers = [deliver(change, obj) for change, obj in served]
     else:
         for change, obj in changes:
-            make_change(cluster, change, obj)
-            answers.append(deliver(change, obj))
+            sent = make_change(cluster, change, obj)
+            answers.append(deliver(change, sent))
             if order == "duplicated":
-                answers.append(deliver(change, obj))
+                answers.append(deliver(change, sent))
             if after_each is not None:
                 cluster.settle()
                 after_each(change, obj)

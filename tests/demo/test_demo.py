@@ -7,6 +7,7 @@ the watcher and the replay of the recordings).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -169,6 +170,7 @@ def test_sigterm_stops_the_router_and_the_watcher(wait_for: str, status: int) ->
     proc = subprocess.Popen([sys.executable, "-m", "demo", "--keep-running"], cwd=REPO,
                             env=demo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    children: set[int] = set()
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 180
@@ -184,8 +186,10 @@ def test_sigterm_stops_the_router_and_the_watcher(wait_for: str, status: int) ->
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the test failed: leave nothing behind it
+            for pid in (children or _descendants(proc.pid)) | {proc.pid}:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == status, err
     assert "SIGTERM: stopping what the demo started" in err

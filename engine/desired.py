@@ -39,7 +39,9 @@ class Child:
     backup, a snapshot) and is never pruned; the engine recognises it as this parent's by the
     label ``eventop.dev/parent-uid``. ``matches(existing, desired)`` decides whether the
     existing object is already as desired (default: every field of ``desired`` has that value
-    in ``existing``; for ``"replace"``, the top-level fields are equal).
+    in ``existing``; for ``"replace"``, the top-level fields are equal). ``reason`` ends the
+    log line of each write of it ("created Secret team-a/regcred from default/regcred"):
+    names only, never contents.
     """
 
     obj: Obj
@@ -48,6 +50,7 @@ class Child:
     owned: bool = True
     recreate: bool = False
     matches: Callable[[Obj, Obj], bool] | None = None
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in ("apply", "replace", "create"):

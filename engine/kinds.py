@@ -23,10 +23,20 @@ class Kind:
     """
 
     api_version: str
-    kind: str
+    kind: str = ""  # empty: api_version is the whole "<apiVersion>/<Kind>"
     metadata_only: bool = False
     selector: str | None = None
     optional: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            api_version, _, kind = self.api_version.rpartition("/")
+            object.__setattr__(self, "api_version", api_version)
+            object.__setattr__(self, "kind", kind)
+        if not self.api_version or not self.kind[:1].isupper():
+            raise ValueError(f"cannot read kind {self.api_version}/{self.kind!s}: write "
+                             "<apiVersion>/<Kind>, e.g. v1/ConfigMap, apps/v1/StatefulSet or "
+                             "eventop.dev/v1/CopyRule")
 
     @classmethod
     def of(cls, spec: str | Kind | tuple[str, str], **options: Any) -> Kind:
@@ -35,13 +45,8 @@ class Kind:
                 "metadata_only": spec.metadata_only, "selector": spec.selector,
                 "optional": spec.optional, **options})
         if isinstance(spec, tuple):
-            api_version, kind = spec
-        else:
-            api_version, _, kind = str(spec).rpartition("/")
-        if not api_version or not kind or not kind[:1].isupper():
-            raise ValueError(f"cannot read kind {spec!r}: write <apiVersion>/<Kind>, e.g. "
-                             "v1/ConfigMap, apps/v1/StatefulSet or eventop.dev/v1/CopyRule")
-        return cls(api_version, kind, **options)
+            return cls(spec[0], spec[1], **options)
+        return cls(str(spec), **options)
 
     @property
     def key(self) -> tuple[str, str]:

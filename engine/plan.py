@@ -40,6 +40,8 @@ class Action:
     desired: Obj | None = None
     existing: Obj | None = None
     child: Child | None = None
+    #: Takes over an object this parent does not own yet (see ``write``: rechecked first).
+    adopt: bool = False
 
 
 @dataclass
@@ -82,7 +84,8 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         if not is_ours(existing, uid):
             if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
                 verb: Verb = "replace" if child.mode == "replace" else "apply"
-                result.actions.append(Action(verb, kind, ns, name, body, existing, child))
+                result.actions.append(Action(verb, kind, ns, name, body, existing, child,
+                                             adopt=True))
             else:
                 result.conflicts.append(Conflict(kind, ns, name, "exists and is not managed "
                                                  f"by {parent['kind']} {_name(parent)}"))

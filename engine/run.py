@@ -71,7 +71,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         desired = _call(ctl, ctl.reconcile_fn, parent, reads)
     the_plan = plan(ctl, parent, desired, reads, terminating=terminating, prune=not deleting)
     uid = str(parent["metadata"]["uid"])
-    outcome = execute(the_plan, writer, uid, submit=submit)
+    outcome = execute(the_plan, writer, parent, submit=submit)
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry)
     status = desired.status_for(outcome)

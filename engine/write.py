@@ -42,9 +42,15 @@ class StaleWrite(Exception):
     """A replace lost a race twice (the object keeps changing): the run is retried."""
 
 
-def execute(plan: Plan, writer: Writer, parent_uid: str, *,
+def execute(plan: Plan, writer: Writer, parent: Obj, *,
             submit: Callable[..., Any] | None = None) -> Outcome:
-    """Make every write of ``plan``; ``submit`` (an Executor's) runs them in parallel."""
+    """Make every write of ``plan`` for ``parent``; ``submit`` (an Executor's) runs them in
+    parallel."""
+    if any(a.adopt for a in plan.actions) and not _still_alive(writer, parent):
+        plan = Plan([a for a in plan.actions if not a.adopt], plan.unchanged, plan.conflicts,
+                    plan.skipped + [a.existing for a in plan.actions
+                                    if a.adopt and a.existing is not None])
+    parent_uid = str(parent["metadata"]["uid"])
     outcome = Outcome(unchanged=list(plan.unchanged), conflicts=list(plan.conflicts),
                       skipped=list(plan.skipped))
     if submit is not None and len(plan.actions) > 1:
@@ -73,6 +79,16 @@ def execute(plan: Plan, writer: Writer, parent_uid: str, *,
     return outcome
 
 
+def _still_alive(writer: Writer, parent: Obj) -> bool:
+    """Re-read the parent from the API server before adopting anything (as Kubernetes'
+    ControllerRefManager does): a cache may not show yet that it is being deleted, and an
+    object adopted by a parent on its way out would be garbage-collected with it."""
+    meta = parent["metadata"]
+    fresh = writer.read(parent["apiVersion"], parent["kind"], meta["name"], meta.get("namespace"))
+    return bool(fresh and fresh["metadata"].get("uid") == meta.get("uid")
+                and not fresh["metadata"].get("deletionTimestamp"))
+
+
 def _wait(future: Any) -> tuple[Any, BaseException | None]:
     try:
         return future.result(), None
@@ -88,7 +104,19 @@ def _capture(fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | N
 
 
 def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
-    """One write; returns (Outcome field, value). Refusals become WriteErrors."""
+    """One write, logged; returns (Outcome field, value). Refusals become WriteErrors."""
+    category, value = _write(action, writer, parent_uid)
+    if category in ("created", "updated", "deleted"):
+        done = {"created": "created", "deleted": "deleted",
+                "updated": "recreated" if action.verb == "recreate" else "updated"}[category]
+        why = f" {action.child.reason}" if action.child is not None and action.child.reason \
+            else ""
+        where = f"{action.namespace}/{action.name}" if action.namespace else action.name
+        log.info("%s %s %s%s", done, action.kind, where, why)
+    return category, value
+
+
+def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
     try:
         if action.verb == "delete":
             assert action.existing is not None

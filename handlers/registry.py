@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eventop.handlers.events import Event
+from eventop.kube.resources import is_custom
 
 if TYPE_CHECKING:
     from eventop.engine.controller import Controller
@@ -191,16 +192,18 @@ class Registry:
             kinds |= {k.key for k in ctl.event_kinds()}
         return kinds
 
-    def needed_kinds(self) -> dict[tuple[str, str], list[str]]:
+    def needed_kinds(self, *, controllers: bool = True) -> dict[tuple[str, str], list[str]]:
         """Every (apiVersion, kind) a handler listens to or reads, with the handlers that
-        need it: readiness names a missing CRD and who waits for it."""
+        need it: readiness names a missing CRD and who waits for it. (Controllers' optional
+        kinds are left out: they may never be served.)"""
         needed: dict[tuple[str, str], list[str]] = {}
         for reg in self._regs.values():
             for key in sorted(reg.kinds()):
                 needed.setdefault(key, []).append(reg.name)
-        for ctl in self._controllers.values():
+        for ctl in self._controllers.values() if controllers else ():
             for k in ctl.kinds():
-                needed.setdefault(k.key, []).append(ctl.name)
+                if not k.optional:
+                    needed.setdefault(k.key, []).append(ctl.name)
         return needed
 
     def custom_kinds(self) -> set[tuple[str, str]]:
@@ -225,12 +228,6 @@ class Registry:
                 outcomes.append(Outcome(reg.name, False, time.perf_counter() - start,
                                         f"{type(exc).__name__}: {exc}", exc))
         return outcomes
-
-
-def is_custom(api_version: str) -> bool:
-    """A custom resource's group: dotted, and not one of Kubernetes' own (``*.k8s.io``)."""
-    group = api_version.rpartition("/")[0]
-    return "." in group and not group.endswith(".k8s.io")
 
 
 def _under(module: str, prefix: str) -> bool:

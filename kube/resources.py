@@ -77,6 +77,12 @@ BUILTIN: tuple[Resource, ...] = (
 )
 
 
+def is_custom(api_version: str) -> bool:
+    """A custom resource's group: dotted, and not one of Kubernetes' own (``*.k8s.io``)."""
+    group = api_version.rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
 class ResourceTable:
     """Lookup by (apiVersion, kind) and by (group, plural)."""
 
@@ -95,18 +101,3 @@ class ResourceTable:
 
     def by_plural(self, group: str, plural: str) -> Resource | None:
         return self._by_plural.get((group, plural))
-
-
-def parse_resource(spec: str) -> tuple[str, str, str]:
-    """Parse ``plural``, ``plural.group`` or ``group/version/plural`` into (group, version, plural).
-
-    ``configmaps`` -> ("", "v1", "configmaps"); ``apps/v1/statefulsets``;
-    ``registrymirrors.eventop.dev`` -> ("eventop.dev", "", "registrymirrors") (version found later).
-    """
-    parts = spec.strip().split("/")
-    if len(parts) == 3:
-        return parts[0], parts[1], parts[2]
-    if len(parts) == 2:  # core "v1/configmaps"
-        return "", parts[0], parts[1]
-    plural, _, group = spec.partition(".")
-    return group, "v1" if not group else "", plural

@@ -128,14 +128,19 @@ class Store:
     # -- writes ----------------------------------------------------------------------
 
     def put(self, obj: Obj) -> None:
-        """Store ``obj`` (from a watch or a list: the server's order is the truth)."""
+        """Store ``obj`` (from a watch: the server's order is the truth), unless the store
+        holds that object at a later resourceVersion already (the answer to our own write,
+        stored before its watch event arrived) or we deleted it after this version."""
         obj = slim(obj)
         uid = str((obj.get("metadata") or {}).get("uid"))
+        rv = rv_int(_rv(obj))
         with self._lock:
-            if uid in self._gone:
-                gone_rv, rv = self._gone[uid], rv_int(_rv(obj))
-                if rv is not None and rv <= gone_rv:
-                    return  # an event older than our own delete of it
+            if uid in self._gone and rv is not None and rv <= self._gone[uid]:
+                return  # an event older than our own delete of it
+            current = self._objects.get(key_of(obj))
+            if (current is not None and rv is not None and _uid(current) == uid
+                    and (rv_int(_rv(current)) or 0) > rv):
+                return
             self._put(obj)
 
     def put_if_newer(self, obj: Obj) -> bool:

@@ -32,7 +32,9 @@ from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntit
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
+from eventop.kube.resources import is_custom
 from eventop.router import auth, logs, metrics
+from eventop.router.dispatch import EngineProvider, run_controllers
 from eventop.router.parse import BadEvent, headers_from_environ, parse_lowered
 
 log = logging.getLogger("eventop.router")
@@ -94,19 +96,22 @@ class KubeProvider:
 
 
 class Readiness:
-    """The API server answers and serves the custom resources the handlers listen to.
+    """The API server answers, and every handler that can run has its cache synced.
 
-    Until the CRDs are installed (``kubectl apply -k crds/``, a separate admin step: the
-    operator never creates CRDs) the router waits: unready, with the missing kinds as the
-    reason. Remembered for a couple of seconds: kubelet probes every replica every few
-    seconds, caching keeps a probe from turning into API requests each time, and the lock
-    makes concurrent probes share one check.
+    A handler whose CRD is not installed (``kubectl apply -k crds/``, a separate admin step:
+    the operator never creates CRDs) waits for it, named in the reason, without holding the
+    other handlers back: no event of a kind that is not served can arrive anyway.
+    Remembered for a couple of seconds: kubelet probes every replica every few seconds,
+    caching keeps a probe from turning into API requests each time, and the lock makes
+    concurrent probes share one check.
     """
 
     def __init__(self, provider: KubeProvider, ttl: float = READY_CACHE_SECONDS,
-                 kinds: set[tuple[str, str]] | None = None) -> None:
+                 kinds: dict[tuple[str, str], list[str]] | None = None,
+                 engines: EngineProvider | None = None) -> None:
         self.provider = provider
-        self.kinds = kinds or set()
+        self.kinds = kinds or {}
+        self.engines = engines
         self.ttl = ttl
         self._lock = threading.Lock()
         self._at = -float("inf")
@@ -120,20 +125,30 @@ class Readiness:
                 kube = self.provider.get()
                 kube.ping()
                 host = getattr(kube, "host", "")
-                missing = kube.missing_kinds(self.kinds) if self.kinds else []
+                ok, text = True, "Kubernetes API reachable" + (f" at {host}" if host else "")
+                if self.engines:
+                    ok, synced = self.engines.readiness()
+                    text += f"; {synced}"
+                missing = kube.missing_kinds(set(self.kinds)) if self.kinds else []
                 if missing:
-                    self._result = (False, "waiting for the CustomResourceDefinitions of "
-                                    f"{', '.join(missing)}: install them with "
-                                    "`kubectl apply -k crds/`")
-                else:
-                    self._result = (True, "Kubernetes API reachable"
-                                    f"{' at ' + host if host else ''}")
+                    waiting = sorted({h for kind in missing
+                                      for h in self.kinds[_kind_key(kind)]})
+                    text += (f"; {', '.join(waiting)} wait(s) for the "
+                             f"CustomResourceDefinitions of {', '.join(missing)}: install "
+                             "them with `kubectl apply -k crds/`")
+                self._result = (ok, text)
             except KubeError as exc:
                 self._result = (False, str(exc))
             except Exception as exc:  # readiness must answer, whatever went wrong
                 self._result = (False, f"{type(exc).__name__}: {exc}")
             self._at = time.monotonic()
             return self._result
+
+
+def _kind_key(missing: str) -> tuple[str, str]:
+    """``Kind.group/version`` (as :meth:`Kube.missing_kinds` names it) back to its key."""
+    kind, _, api_version = missing.partition(".")
+    return api_version, kind
 
 
 _encode = json.JSONEncoder().encode
@@ -174,6 +189,15 @@ def _read_body(req: Request, limit: int) -> bytes:
     return body
 
 
+def controller_outcomes(engines: EngineProvider, event: Event) -> list[Outcome]:
+    """The controllers' runs for the event; an engine that can not run them is one
+    unavailable outcome (503: the sender retries)."""
+    try:
+        return run_controllers(engines, event)
+    except Unavailable as exc:
+        return [Outcome("engine", False, 0.0, str(exc), exc)]
+
+
 def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     """The router app. ``registry`` defaults to :func:`eventop.handlers.load` (built-in
     handlers plus ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per
@@ -186,10 +210,15 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
     app = Flask("router")
     app.config["MAX_CONTENT_LENGTH"] = limit = max_body_bytes()
     provider = KubeProvider(kube)
-    readiness = Readiness(provider, kinds=registry.custom_kinds())
+    engines = EngineProvider(registry, provider)
+    needed = registry.needed_kinds(controllers=False)
+    readiness = Readiness(provider, kinds={k: v for k, v in needed.items() if is_custom(k[0])},
+                          engines=engines)
     token = auth.configured_token()
     app.extensions["eventop"] = {"registry": registry, "kube": provider,
-                                 "readiness": readiness}
+                                 "readiness": readiness, "engine": engines}
+    if engines:
+        engines.start_soon()
 
     def finish(status: int, outcome: str, info: dict[str, Any], start: float,
                body: dict[str, Any], handler_names: list[str] | None = None,
@@ -252,7 +281,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
         try:
             kube_access = provider.get()  # cheap once made: no I/O, one per worker
         except Unavailable as exc:
-            names = [r.name for r in registry.matching(event)]
+            names = [r.name for r in registry.matching(event)] + engines.interested(event)
             if not names:
                 return ignored(event, info, start)
             return finish(503, "unavailable", info, start, {
@@ -261,6 +290,7 @@ def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
                          f"{exc}"}, names, logging.ERROR, str(exc))
         try:
             outcomes = registry.dispatch(event, kube_access)
+            outcomes += controller_outcomes(engines, event)
         except Exception as exc:  # the registry captures handler errors; this is a bug
             log.exception("dispatching event %s failed", event.id, extra={"fields": info})
             message = f"event {event.id}: dispatch failed: {type(exc).__name__}: {exc}"

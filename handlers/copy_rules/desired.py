@@ -1,7 +1,8 @@
 """What a CopyRule asks for, as pure functions over plain dicts (no I/O, easy to test).
 
-The reconciler reads sources, namespaces and existing objects from the API server, asks
-these functions what the cluster should hold, and writes only the difference.
+The controller (:mod:`.controller`) reads sources, namespaces and existing objects from the
+router's cache and asks these functions what the cluster should hold; the engine writes
+only the difference.
 
 Ownership rule (who may eventop touch?), the one Kubernetes controllers use for their
 dependents (ControllerRefManager):
@@ -26,7 +27,7 @@ dependents (ControllerRefManager):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,20 @@ def source_namespaces(rule: Obj) -> list[str]:
 
 def rule_selector(rule: Obj) -> Obj:
     return dict((rule.get("spec") or {}).get("selector") or {})
+
+
+def validate_selector(selector: Obj, field: str) -> None:
+    """Refuse a LabelSelector the API server's parser would refuse (the CRD schema lets
+    ``In`` with no values through): a selector matching nothing by accident must say so."""
+    for expr in selector.get("matchExpressions") or []:
+        op, values = expr.get("operator"), expr.get("values") or []
+        if op in ("In", "NotIn") and not values:
+            raise SpecError(f"{field}: operator {op} on key {expr.get('key')!r} needs at least "
+                            "one value")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise SpecError(f"{field}: operator {op} on key {expr.get('key')!r} takes no values")
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise SpecError(f"{field}: unknown operator {op!r} on key {expr.get('key')!r}")
 
 
 def rule_label_value(rule: Obj) -> str:
@@ -298,62 +313,17 @@ class Slot:
 
 def desired_copies(rule: Obj, sources: Iterable[Obj],
                    namespaces: Iterable[Obj]) -> dict[Slot, Obj]:
-    """Every copy the rule asks for, given its sources and candidate target namespaces."""
+    """Every copy the rule asks for, given its sources and candidate target namespaces.
+
+    Each source's copy is built (and its content hashed) once; the copies differ only in
+    their namespace and share the rest, read-only."""
     targets = [ns["metadata"]["name"] for ns in namespaces if is_target(rule, ns)]
     result: dict[Slot, Obj] = {}
     for name, src in sorted(winning_sources(rule, sources).items()):
         src_ns = src["metadata"]["namespace"]
+        template = desired_copy(rule, src, src_ns)
         for target in targets:
             if target != src_ns:
-                result[Slot(target, name)] = desired_copy(rule, src, target)
-    return result
-
-
-@dataclass
-class Plan:
-    """The difference between what the rule asks for and what exists."""
-    create: list[Obj]            # nothing at the slot: apply
-    update: list[Obj]            # our copy differs: apply
-    recreate: list[tuple[Obj, Obj]]  # (existing, desired): immutable/type change
-    delete: list[Obj]            # our copy no longer wanted
-    conflicts: list[Slot]        # something we do not own sits at a wanted slot
-    in_sync: list[Slot]
-
-    @property
-    def writes(self) -> int:
-        return len(self.create) + len(self.update) + 2 * len(self.recreate) + len(self.delete)
-
-
-def plan(rule: Obj, desired: Mapping[Slot, Obj], existing: Mapping[Slot, Obj],
-         prunable: Iterable[Obj] = ()) -> Plan:
-    """Compare desired copies with the existing objects at their slots.
-
-    ``existing`` maps slots to whatever object is there (ours or not); ``prunable`` are
-    further objects found in scope (e.g. by the copies' label) that are deleted when the
-    rule owns them and no longer wants them. Objects not owned by the rule are never
-    planned for a write.
-    """
-    result = Plan([], [], [], [], [], [])
-    for slot, want in desired.items():
-        have = existing.get(slot)
-        if have is None:
-            result.create.append(want)
-        elif not owned_by(have, rule) and not adoptable(have, rule):
-            result.conflicts.append(slot)
-        elif in_sync(have, want):
-            result.in_sync.append(slot)
-        elif needs_recreate(have, want):
-            result.recreate.append((have, want))
-        else:
-            result.update.append(want)
-    seen: set[str] = set()
-    for obj in [*existing.values(), *prunable]:
-        meta = obj["metadata"]
-        slot = Slot(meta["namespace"], meta["name"])
-        uid = str(meta.get("uid"))
-        if slot in desired or uid in seen or not owned_by(obj, rule):
-            continue
-        seen.add(uid)
-        if not meta.get("deletionTimestamp"):
-            result.delete.append(obj)
+                result[Slot(target, name)] = {
+                    **template, "metadata": {**template["metadata"], "namespace": target}}
     return result

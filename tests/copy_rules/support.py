@@ -1,15 +1,18 @@
 """A small harness for CopyRule tests: the outside world changes a LocalKube, and the events
-the watcher would send (including the echoes of eventop's own writes) are dispatched to the
-CopyRule handlers until nothing changes any more."""
+the watcher would send (including the echoes of eventop's own writes) are submitted to the
+reconcile engine running the CopyRule handler (its cache fed by a real list+watch of the
+LocalKube) until nothing changes any more."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+from eventop.engine.runtime import Engine, EngineSettings
 from eventop.handlers.copy_rules import desired
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
+from tests.support.waiting import wait_until
 
 Obj = dict[str, Any]
 Key = tuple[str, str | None, str]
@@ -24,6 +27,25 @@ def copy_rule_registry() -> Registry:
     return handlers.load("", builtin="copy_rules")
 
 
+def start_engine(kube: Any) -> Engine:
+    """The CopyRule handler's engine (as the router runs it), ready: its caches synced."""
+    engine = Engine(copy_rule_registry().controllers, kube,
+                    settings=EngineSettings(workers=4, write_concurrency=8)).start()
+    if not wait_until(lambda: engine.readiness()[0], 20):
+        engine.stop()
+        raise AssertionError(f"engine not ready: {engine.readiness()[1]}")
+    return engine
+
+
+def deliver(engine: Engine, event: Event) -> list[Outcome]:
+    """Submit an event and wait for its runs, as the router does; their outcomes."""
+    ticket, notes = engine.submit(event)
+    assert ticket.wait(60), f"runs of {ticket.pending} did not finish"
+    return [Outcome(name, True, 0.0, note) for name, note in notes.items()] + [
+        Outcome(name, r.ok, r.duration, r.detail, r.error)
+        for (name, _key), r in ticket.results.items()]
+
+
 class Harness:
     """``world_put``/``world_remove`` change the cluster; ``settle`` delivers the events."""
 
@@ -31,9 +53,19 @@ class Harness:
         self.local_kube = local_kube
         self.kube = kube
         self.registry = copy_rule_registry()
+        self.engine = start_engine(kube)
         self.deliver_twice = deliver_twice
         self.seen: dict[Key, Obj] = self.snapshot()
         self.history: list[Event] = []
+
+    def close(self) -> None:
+        self.engine.stop()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the outside world ----------------------------------------------------------
 
@@ -77,12 +109,13 @@ class Harness:
         return events
 
     def dispatch(self, change: str, obj: Obj) -> list[Outcome]:
-        event = Event.for_object(change, obj)
+        return self.deliver(Event.for_object(change, obj))
+
+    def deliver(self, event: Event) -> list[Outcome]:
         self.history.append(event)
-        outcomes = self.registry.dispatch(event, self.kube)
+        outcomes = deliver(self.engine, event)
         failed = [o for o in outcomes if not o.ok]
-        assert not failed, f"{change} {obj['kind']} {obj['metadata'].get('name')}: " \
-            f"{[o.detail for o in failed]}"
+        assert not failed, f"{event.type} {event.ref}: {[o.detail for o in failed]}"
         return outcomes
 
     def settle(self, max_rounds: int = 12) -> int:
@@ -109,7 +142,7 @@ class Harness:
     def redeliver_history(self) -> None:
         """Every event delivered so far, again, in order (at-least-once delivery, replays)."""
         for event in list(self.history):
-            outcomes = self.registry.dispatch(event, self.kube)
+            outcomes = deliver(self.engine, event)
             assert all(o.ok for o in outcomes), [o.detail for o in outcomes if not o.ok]
 
     # -- reading the result ------------------------------------------------------------

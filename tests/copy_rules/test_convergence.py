@@ -194,8 +194,8 @@ def test_cluster_converges_to_what_the_rules_ask_for(ops: list[tuple[Any, bool]]
     from eventop.kube import Kube
     from eventop.localkube import LocalKube
 
-    with LocalKube(crd_dir=str(REPO / "crds")) as server:
-        h = Harness(server, Kube.connect(url=server.url), deliver_twice=deliver_twice)
+    with LocalKube(crd_dir=str(REPO / "crds")) as server, \
+            Harness(server, Kube.connect(url=server.url), deliver_twice=deliver_twice) as h:
         model = Model()
         h.world_put(namespace("shared"))
         if seeded:

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from eventop.engine.testing import World
 from eventop.handlers.copy_rules import desired as d
+from eventop.handlers.copy_rules.controller import rules
 from eventop.handlers.copy_rules.desired import Slot
 from eventop.kube.objects import LABEL_VALUE
 
@@ -156,43 +158,52 @@ def test_orphans_naming_the_rule_are_adoptable_a_bare_managed_by_label_is_not() 
     # still owned by a controller (e.g. a deleted rule's copy awaiting the garbage collector)
     assert not d.adoptable(d.desired_copy(rule(uid="old-uid"), cm("registry-config"), "team-a"),
                            r)
-    p = d.plan(r, {Slot("team-a", "registry-config"): d.desired_copy(r, cm("registry-config"),
-                                                                    "team-a")},
-               {Slot("team-a", "registry-config"): orphan})
-    assert len(p.update) == 1 and not p.conflicts
-    unwanted = d.plan(r, {}, {}, prunable=[{**orphan, "metadata": {**orphan["metadata"],
-                                                                  "uid": "o"}}])
-    assert unwanted.delete == []  # adoption never deletes
+    world = World([r, ns("default"), ns("team-a"), cm("registry-config"), orphan,
+                   {**orphan, "metadata": {**orphan["metadata"], "name": "retired",
+                                           "uid": "o"}}])
+    world.reconcile(rules, "main-rule")
+    adopted = world.get("v1/ConfigMap", "registry-config", "team-a")
+    assert [o["uid"] for o in adopted["metadata"]["ownerReferences"]] == ["rule-uid"]
+    assert world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]["conflicts"] == 0
+    assert world.get("v1/ConfigMap", "retired", "team-a") is not None  # adoption never deletes
 
 
-def test_plan_creates_updates_prunes_and_never_touches_unowned_objects() -> None:
+def test_run_creates_updates_prunes_and_never_touches_unowned_objects() -> None:
     r = rule()
-    source = cm("registry-config", data={"mirror": "new"})
-    wanted = d.desired_copies(r, [source], [ns("team-a"), ns("team-b"), ns("team-c")])
     stale = d.desired_copy(r, cm("registry-config", data={"mirror": "old"}), "team-b")
     hand_made = cm("registry-config", "team-c", labels={"app.kubernetes.io/managed-by": "eventop"})
-    orphan = d.desired_copy(r, cm("retired"), "team-a")
+    retired = d.desired_copy(r, cm("retired"), "team-a")
     not_ours = d.desired_copy(rule(name="other", uid="other-uid"), cm("retired"), "team-b")
-    for i, obj in enumerate([stale, orphan, not_ours]):
+    for i, obj in enumerate([stale, retired, not_ours]):
         obj["metadata"]["uid"] = f"u{i}"
-    existing = {Slot("team-b", "registry-config"): stale,
-                Slot("team-c", "registry-config"): hand_made}
-    p = d.plan(r, wanted, existing, prunable=[stale, orphan, not_ours])
-    assert [str(d_["metadata"]["namespace"]) for d_ in p.create] == ["team-a"]
-    assert [u["metadata"]["namespace"] for u in p.update] == ["team-b"]
-    assert p.conflicts == [Slot("team-c", "registry-config")]
-    assert [x["metadata"]["uid"] for x in p.delete] == ["u1"]
+    world = World([r, ns("default"), ns("team-a"), ns("team-b"), ns("team-c"),
+                   cm("registry-config", data={"mirror": "new"}), stale, hand_made, retired,
+                   not_ours])
+    result = world.reconcile(rules, "main-rule")
+    assert [w for w in world.writes if w[1] == "ConfigMap"] == [
+        ("create", "ConfigMap", "team-a", "registry-config"),
+        ("replace", "ConfigMap", "team-b", "registry-config"),
+        ("delete", "ConfigMap", "team-a", "retired")]
+    assert result.outcome is not None
+    assert [str(c) for c in result.outcome.conflicts] == ["team-c/registry-config"]
+    assert world.get("v1/ConfigMap", "registry-config", "team-b")["data"] == {"mirror": "new"}
+    assert world.get("v1/ConfigMap", "registry-config", "team-c")["data"] == \
+        hand_made["data"]
+    assert world.get("v1/ConfigMap", "retired", "team-b") is not None
 
 
-def test_plan_is_empty_when_everything_is_in_sync_even_with_server_metadata() -> None:
+def test_run_writes_nothing_when_every_copy_is_in_sync_even_with_server_metadata() -> None:
     r = rule()
-    wanted = d.desired_copies(r, [cm("a")], [ns("team-a")])
-    server_view = {s: {**o, "metadata": {**o["metadata"], "uid": "x", "resourceVersion": "9",
+    source = cm("a")
+    copy_ = d.desired_copy(r, source, "team-a")
+    server_view = {**copy_, "metadata": {**copy_["metadata"], "uid": "x",
+                                         "resourceVersion": "9",
                                          "managedFields": [{"manager": "eventop"}],
-                                         "labels": {**o["metadata"]["labels"], "mine": "1"}}}
-                   for s, o in wanted.items()}
-    p = d.plan(r, wanted, server_view)
-    assert p.writes == 0 and p.in_sync == list(wanted)
+                                         "labels": {**copy_["metadata"]["labels"], "mine": "1"}}}
+    world = World([r, ns("default"), ns("team-a"), source, server_view])
+    result = world.reconcile(rules, "main-rule")
+    assert [w for w in world.writes if w[1] == "ConfigMap"] == []
+    assert result.outcome is not None and len(result.outcome.unchanged) == 1
 
 
 def test_hand_edit_that_keeps_the_hash_annotation_is_still_detected() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from eventop.engine import Key
 from eventop.events import REF_PREFIX, kube_extensions
 from eventop.handlers.copy_rules import desired
 from eventop.handlers.events import Event
@@ -16,8 +17,10 @@ from tests.copy_rules.support import (
     Harness,
     config_map,
     copy_rule,
+    deliver,
     namespace,
     secret,
+    start_engine,
 )
 
 Obj = dict[str, Any]
@@ -26,13 +29,14 @@ COPYRATOR = {"copyrator": "true"}
 
 @pytest.fixture
 def h(local_kube: Any, kube: Any) -> Iterator[Harness]:
-    harness = Harness(local_kube, kube)
-    for name in ("team-a", "team-b"):
-        harness.world_put(namespace(name))
-    harness.world_put(config_map("default", "registry-config", {"mirror": "m:5000"}, COPYRATOR))
-    harness.world_put(copy_rule("main-rule"))
-    harness.settle()
-    yield harness
+    with Harness(local_kube, kube) as harness:
+        for name in ("team-a", "team-b"):
+            harness.world_put(namespace(name))
+        harness.world_put(config_map("default", "registry-config", {"mirror": "m:5000"},
+                                     COPYRATOR))
+        harness.world_put(copy_rule("main-rule"))
+        harness.settle()
+        yield harness
 
 
 def data_of(h: Harness, kind: str = "ConfigMap") -> dict[str, Obj]:
@@ -41,6 +45,12 @@ def data_of(h: Harness, kind: str = "ConfigMap") -> dict[str, Obj]:
 
 def writes(local_kube: Any, since: int) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in local_kube.requests[since:] if r[0] not in ("GET",)]
+
+
+def reads(local_kube: Any, since: int) -> list[tuple[str, str, str]]:
+    """GETs other than the cache's own watches (its lists happen once, at start)."""
+    return [(r[0], r[1], r[2]) for r in local_kube.requests[since:]
+            if r[0] == "GET" and "watch=true" not in r[2]]
 
 
 def test_rule_copies_matching_sources_into_every_active_namespace(h: Harness) -> None:
@@ -234,8 +244,8 @@ def test_reference_mode_events_reconcile_too(h: Harness) -> None:
     h.changes()  # the watcher's own event for it is not delivered: only the reference below
     ref = {"apiVersion": "v1", "kind": "Namespace", "name": "team-c",
            "uid": ns["metadata"]["uid"]}
-    h.registry.dispatch(Event(id="r1", type=REF_PREFIX + "add", source="test", data=ref,
-                              extensions=kube_extensions(ns)), h.kube)
+    h.deliver(Event(id="r1", type=REF_PREFIX + "add", source="test", data=ref,
+                    extensions=kube_extensions(ns)))
     assert "team-c/registry-config" in h.copies()
 
 
@@ -264,7 +274,7 @@ def _served(local_kube: Any, since: int) -> list[tuple[str, str, str]]:
     return [(r[0], r[1], r[2]) for r in local_kube.requests[since:]]
 
 
-def test_source_event_writes_once_per_target_and_lists_namespaces_once(
+def test_source_event_writes_once_per_target_and_reads_nothing(
         h: Harness, local_kube: Any) -> None:
     for i in range(20):
         h.world_put(namespace(f"fan-{i:02d}"))
@@ -276,18 +286,19 @@ def test_source_event_writes_once_per_target_and_lists_namespaces_once(
     copy_writes = [r for r in served if r[0] == "POST" and r[1].endswith("/configmaps")]
     assert len(copy_writes) == 22  # team-a, team-b and fan-00..19: one create each
     assert len({r[1] for r in copy_writes}) == 22
-    assert sum(1 for r in served if r[1] == "/api/v1/namespaces") == 1
+    assert reads(local_kube, start) == []  # sources and namespaces come from the cache
     assert not [r for r in served if r[0] in ("PUT", "DELETE")]
     assert not [r for r in served if r[0] == "PATCH" and "/configmaps/" in r[1]]
 
 
-def test_namespace_event_reads_only_that_namespace(h: Harness, local_kube: Any) -> None:
+def test_namespace_event_reads_nothing_and_writes_only_that_namespace(
+        h: Harness, local_kube: Any) -> None:
     ns = h.world_put(namespace("team-c"))
     start = len(local_kube.requests)
     h.dispatch("add", ns)
-    served = _served(local_kube, start)
-    assert not [r for r in served if r[1] == "/api/v1/namespaces"]  # no namespace listing
-    assert not [r for r in served if r[1].startswith("/api/v1/namespaces/team-a")]
+    assert reads(local_kube, start) == []
+    assert [w for w in writes(local_kube, start) if "/configmaps" in w[1]] == [
+        ("POST", "/api/v1/namespaces/team-c/configmaps")]
     assert "team-c/registry-config" in h.copies()
 
 
@@ -300,14 +311,18 @@ def test_two_replicas_handling_the_same_events_at_once_converge(h: Harness) -> N
         h.world_put(namespace(f"par-{i}"))
     source = h.world_put(config_map("default", "registry-config", {"mirror": "m:6000"},
                                     COPYRATOR))
-    replicas = [Kube.connect(url=h.local_kube.url) for _ in range(2)]
+    replicas = [start_engine(Kube.connect(url=h.local_kube.url)) for _ in range(2)]
     events = [Event.for_object("update", source), Event.for_object("update", h.rule("main-rule"))]
 
-    def run(kube: Any) -> list[bool]:
-        return [o.ok for e in events for o in h.registry.dispatch(e, kube)]
+    def run(engine: Any) -> list[bool]:
+        return [o.ok for e in events for o in deliver(engine, e)]
 
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run, replicas))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(run, replicas))
+    finally:
+        for engine in replicas:
+            engine.stop()
     assert all(all(r) for r in results), results
     h.settle()
     assert {d["mirror"] for d in data_of(h).values()} == {"m:6000"}
@@ -315,11 +330,12 @@ def test_two_replicas_handling_the_same_events_at_once_converge(h: Harness) -> N
     assert h.rule("main-rule")["status"]["copies"] == 8
 
 
-def test_kube_system_chatter_costs_one_read(h: Harness, local_kube: Any) -> None:
+def test_kube_system_chatter_costs_no_request_and_no_run(h: Harness, local_kube: Any) -> None:
     lease = h.world_put(config_map("kube-system", "leader-election", {"holder": "a"}))
-    start = len(local_kube.requests)
-    h.dispatch("update", lease)
-    assert [r[1] for r in _served(local_kube, start)] == ["/apis/eventop.dev/v1/copyrules"]
+    start, runs = len(local_kube.requests), h.engine.queue.started
+    assert h.dispatch("update", lease) == []
+    assert [r for r in _served(local_kube, start) if "watch=true" not in r[2]] == []
+    assert h.engine.queue.started == runs
 
 
 def test_copy_deleted_by_hand_where_no_longer_wanted_is_recounted(h: Harness) -> None:
@@ -341,24 +357,31 @@ def test_object_created_at_a_copys_name_after_the_read_is_never_merged_into(
     different value: an object with no field in common with the copy would be merged into,
     gaining the rule's ownerReference (and so be deleted with the rule). A copy is therefore
     created with POST, which fails when anything already sits at the name."""
-    from eventop.handlers.copy_rules.reconcile import Reads, Scope, reconcile
+    from eventop.engine.apiserver import Echoes, KubeWriter
+    from eventop.engine.reads import Reads
+    from eventop.engine.run import run
+    from eventop.kube.store import Store
 
     h.world_put(namespace("team-c"))
     rule = h.rule("main-rule")
-    reads = Reads(kube)
-    reads.namespaces()  # the reconcile's reads happen before someone else's write
-    reads.listed("ConfigMap", None, field_selector="metadata.name=registry-config")
-    reads.listed("ConfigMap", None, label_selector=desired.copies_selector(rule))
+    # The run reads a cache taken before someone else's write: team-c has no ConfigMap yet.
+    frozen: dict[tuple[str, str], Store] = {}
+    for api_version, kind in (("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret")):
+        frozen[(api_version, kind)] = store = Store(api_version, kind)
+        store.replace_all(local_kube.list(api_version, kind), "")
     theirs = h.world_put(config_map("team-c", "registry-config", {"unrelated": "value"}))
+    ctl = h.registry.controllers[0]
+    writer = KubeWriter(kube.for_manager(ctl.field_manager), h.engine.cache, Echoes())
 
-    result = reconcile(kube, rule, Scope(), reads)
+    result = run(ctl, Key("", "main-rule"), rule,
+                 Reads(lambda av, k: frozen.get((av, k)), ctl.kinds(), ctl.name, rule), writer)
 
     after = local_kube.get("v1", "ConfigMap", "registry-config", "team-c")
     assert after["data"] == {"unrelated": "value"}
     assert not after["metadata"].get("ownerReferences")
     assert after["metadata"]["uid"] == theirs["metadata"]["uid"]
-    assert result.created == 0
-    assert [str(s) for s in result.conflicts] == ["team-c/registry-config"]
+    assert result.outcome is not None and result.outcome.created == []
+    assert [str(c) for c in result.outcome.conflicts] == ["team-c/registry-config"]
     assert h.rule("main-rule")["status"]["conflictList"] == ["team-c/registry-config"]
 
 

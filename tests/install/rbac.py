@@ -28,7 +28,7 @@ from tests.install.support import REPO
 Obj = dict[str, Any]
 
 KUBE_METHODS = frozenset({
-    "get", "get_or_none", "list", "list_with_version", "iter_watch", "apply", "create",
+    "get", "get_or_none", "list", "pages", "iter_watch", "apply", "create",
     "replace", "patch", "patch_status", "patch_status_if_changed", "delete", "post_event",
     "request", "ping"})
 
@@ -120,7 +120,7 @@ class KubeRecorder:
     """Every request made through ``eventop.kube.Kube.request`` while :meth:`recording` is
     active."""
 
-    packages: tuple[str, ...] = ("handlers", "router", "watcher")
+    packages: tuple[str, ...] = ("handlers", "engine", "router", "watcher")
     calls: list[Call] = field(default_factory=list)
     # Called with each Call before it is sent; may change the world first (a race) or raise
     # a kube error (an answer the local API server does not give, e.g. a recorded 422).

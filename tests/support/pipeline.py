@@ -9,6 +9,7 @@ recording in resourceVersion order.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,30 +47,44 @@ def replay_recording(what: str | Path | list[str | Path], *, put: Callable[[Obj]
 
     For each event the cluster is first changed as it was when recorded (``put``; ``remove``
     for a deletion or a namespace turning Terminating), then ``deliver(change, obj)`` hands
-    eventop the event: posted to the router, or dispatched in process. ``after_each(change,
-    obj)``, if given, runs after each watch event once ``settle()`` returned (the API server
-    finished its background work): the place for assertions about the states in between.
-    Returns what ``deliver`` returned, in order.
+    eventop the event a watch of *this* API server would carry: the object as ``put``
+    stored it (its resourceVersion, which a router's cache is compared with, is this
+    server's, not the recording's); for a removal, the recorded object without a
+    resourceVersion (the router then asks the API server how far it is). ``after_each(change,
+    obj)``, if given, runs with the recorded object after each watch event once ``settle()``
+    returned (the API server finished its background work): the place for assertions about
+    the states in between. Returns what ``deliver`` returned, in order.
     """
     paths = _recording_paths(what)
     answers = []
     for obj in load_initial(paths):
-        put(obj)
-        answers.append(deliver("add", obj))
+        answers.append(deliver("add", _as_served(put(obj), obj)))
     for change, obj in load_recording(paths):
         meta = obj["metadata"]
         if change == "delete":
             remove(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            sent = _unversioned(obj)
         elif obj["kind"] == "Namespace" and meta.get("deletionTimestamp"):
             remove("v1", "Namespace", meta["name"], None)
+            sent = _unversioned(obj)
         else:
-            put(obj)
-        answers.append(deliver(change, obj))
+            sent = _as_served(put(obj), obj)
+        answers.append(deliver(change, sent))
         if after_each is not None:
             settle()
             after_each(change, obj)
     settle()
     return answers
+
+
+def _as_served(stored: Any, recorded: Obj) -> Obj:
+    return stored if isinstance(stored, dict) and stored.get("metadata") else recorded
+
+
+def _unversioned(obj: Obj) -> Obj:
+    out = copy.deepcopy(obj)
+    out["metadata"].pop("resourceVersion", None)
+    return out
 
 
 class _Pipeline:

@@ -1,0 +1,121 @@
+"""The engine's writes to the API server: under the handler's field manager, written through
+to the cache, and remembered so that their echoes cost nothing.
+
+Write-through: the object the API server answers a write with replaces the cached one when
+it is newer, so a run that follows sees the run before it even if the watch event of that
+write has not arrived yet (without it, a second run would create the same child again and
+learn from a 409 that it exists).
+
+Echoes: every write comes back as a watch event (and, through the watcher, as a CloudEvent)
+carrying the resourceVersion the write returned. :class:`Echoes` remembers those per
+handler; the engine drops the event of exactly that version for that handler. Another
+handler (or a change made meanwhile, which has another version) still sees it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from eventop.engine.desired import Note
+from eventop.kube import errors
+from eventop.kube.client import Kube
+from eventop.kube.informer import Cache
+
+Obj = dict[str, Any]
+MAX_REMEMBERED = 50_000  # echoes per handler; the oldest are forgotten first
+
+
+class Echoes:
+    """(uid, resourceVersion) of one handler's own writes, bounded."""
+
+    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.limit = limit
+        self.dropped = 0  # echoes recognised (for /metrics and tests)
+
+    def mark(self, obj: Obj | None, deleted: bool = False) -> None:
+        meta = (obj or {}).get("metadata") or {}
+        if not meta.get("uid"):
+            return
+        key = (str(meta["uid"]), "deleted" if deleted else str(meta.get("resourceVersion")))
+        with self._lock:
+            self._seen[key] = None
+            while len(self._seen) > self.limit:
+                self._seen.popitem(last=False)
+
+    def is_echo(self, uid: str | None, resource_version: str | None, change: str) -> bool:
+        """Is this change the event of our own write? (Forgotten once recognised.)"""
+        if not uid:
+            return False
+        key = (uid, "deleted" if change == "delete" else str(resource_version))
+        with self._lock:
+            if key in self._seen:
+                del self._seen[key]
+                self.dropped += 1
+                return True
+        return False
+
+
+class KubeWriter:
+    """:class:`~eventop.engine.write.Writer` over the API server for one handler."""
+
+    def __init__(self, kube: Kube, cache: Cache, echoes: Echoes) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.echoes = echoes
+
+    def _wrote(self, obj: Obj) -> Obj:
+        store = self.cache.store(str(obj.get("apiVersion")), str(obj.get("kind")))
+        if store is not None:
+            store.put_if_newer(obj)
+        self.echoes.mark(obj)
+        return obj
+
+    def create(self, obj: Obj) -> Obj:
+        return self._wrote(self.kube.create(obj))
+
+    def apply(self, obj: Obj, *, force: bool) -> Obj:
+        return self._wrote(self.kube.apply(obj, force=force))
+
+    def replace(self, obj: Obj) -> Obj:
+        return self._wrote(self.kube.replace(obj))
+
+    def delete(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
+                         uid=meta.get("uid"))
+        store = self.cache.store(obj["apiVersion"], obj["kind"])
+        if store is not None:
+            store.forget_deleted(obj)
+        self.echoes.mark(obj, deleted=True)
+
+    def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None:
+        found = self.kube.get_or_none(api_version, kind, name, namespace)
+        if found is not None:
+            store = self.cache.store(api_version, kind)
+            if store is not None:
+                store.put_if_newer(found)
+        return found
+
+    def patch_status(self, parent: Obj, status: Obj) -> Obj:
+        try:
+            return self._wrote(self.kube.patch_status(parent, status))
+        except errors.NotFound:
+            return parent  # deleted meanwhile: nothing left to report on
+
+    def set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj:
+        """Add or remove one finalizer with a resourceVersion precondition (a merge patch
+        replaces the whole list: another controller's change meanwhile must not be lost)."""
+        meta = parent["metadata"]
+        have = [f for f in meta.get("finalizers") or [] if f != finalizer]
+        wanted = [*have, finalizer] if present else have
+        patch = {"metadata": {"finalizers": wanted or None,
+                              "resourceVersion": meta.get("resourceVersion")}}
+        return self._wrote(self.kube.patch(parent["apiVersion"], parent["kind"], meta["name"],
+                                           meta.get("namespace"), patch))
+
+    def post_event(self, parent: Obj, note: Note) -> None:
+        self.kube.post_event(parent, note.type, note.reason, note.message)

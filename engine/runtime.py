@@ -1,0 +1,349 @@
+"""The engine at work in the router: events in, keyed runs out, answers when they are done.
+
+:meth:`Engine.submit` turns an event into keys (after waiting, bounded, for the cache to have
+seen the event's change), queues them on the :class:`~eventop.engine.queue.WorkQueue` and
+returns a :class:`~eventop.engine.queue.Ticket` the router waits on. Worker threads run the
+keys (:func:`eventop.engine.run.run`) with cached reads and a :class:`KubeWriter` per handler.
+See ``docs/ENGINE.md`` sections 5 to 7 for the rules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from eventop.engine.apiserver import Echoes, KubeWriter
+from eventop.engine.controller import Controller
+from eventop.engine.kinds import Key, merge_kinds
+from eventop.engine.queue import Result, Ticket, WorkQueue
+from eventop.engine.reads import Reads
+from eventop.engine.run import run
+from eventop.handlers.events import Event
+from eventop.kube import errors
+from eventop.kube.client import Kube
+from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.store import Store
+
+log = logging.getLogger("eventop.engine")
+
+Obj = dict[str, Any]
+Item = tuple[str, Key]  # (controller name, parent key)
+
+RUNS = Counter("eventop_engine_runs_total", "Reconcile runs, by handler and outcome",
+               ["handler", "outcome"])
+REQUESTS = Counter("eventop_engine_requests_total",
+                   "Reconcile requests: queued, merged into a queued or running run, or "
+                   "skipped (echo of an own write, parent unchanged)", ["handler", "result"])
+
+
+class CacheBehind(errors.Unavailable):
+    """The cache did not catch up with an event in time: the event is answered 503."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    workers: int = 8
+    #: Parallel writes of one run (a fan-out to 1,000 namespaces), shared by all runs.
+    write_concurrency: int = 16
+    #: How long an event waits for the cache to reach its resourceVersion before 503.
+    cache_wait: float = 10.0
+
+    @classmethod
+    def from_env(cls) -> EngineSettings:
+        raw = os.environ.get("EVENTOP_CACHE_WAIT_SECONDS", "").strip()
+        try:
+            wait = float(raw) if raw else cls.cache_wait
+        except ValueError:
+            raise ValueError(f"EVENTOP_CACHE_WAIT_SECONDS must be a number of seconds, not "
+                             f"{raw!r}") from None
+        return cls(cache_wait=wait)
+
+
+@dataclass
+class _Seen:
+    """What a parent looked like at its last successful run: to skip updates that change
+    nothing the function could react to."""
+
+    fingerprint: str
+    status: Any
+
+
+def fingerprint(obj: Obj) -> str:
+    """The parent without status, resourceVersion and managedFields."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items()
+            if k not in ("resourceVersion", "managedFields")}
+    rest = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+    return json.dumps([meta, rest], sort_keys=True, default=str)
+
+
+class Engine:
+    """Controllers, their cache, their queue and the workers that run them."""
+
+    def __init__(self, controllers: Iterable[Controller], kube: Kube, *,
+                 settings: EngineSettings | None = None, cache: Cache | None = None) -> None:
+        self.controllers = {c.name: c for c in controllers}
+        for ctl in self.controllers.values():
+            ctl.check()
+        self.settings = settings or EngineSettings()
+        kinds = merge_kinds([k for c in self.controllers.values() for k in c.kinds()])
+        self.cache = cache or Cache(kube, [InformerSpec(k.api_version, k.kind, k.metadata_only,
+                                                        k.selector) for k in kinds.values()])
+        self.queue = WorkQueue()
+        self.echoes = {name: Echoes() for name in self.controllers}
+        self.writers = {name: KubeWriter(kube.for_manager(c.field_manager), self.cache,
+                                         self.echoes[name])
+                        for name, c in self.controllers.items()}
+        self.kube = kube
+        self._pool = ThreadPoolExecutor(self.settings.write_concurrency,
+                                        thread_name_prefix="engine-write")
+        self._seen: dict[Item, _Seen] = {}
+        self._conflicts: dict[str, set[str]] = {}
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Engine:
+        self.cache.start()
+        for i in range(self.settings.workers):
+            t = threading.Thread(target=self._work, name=f"engine-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._initial_runs, name="engine-start", daemon=True)
+        t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        self.cache.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _initial_runs(self) -> None:
+        """Every parent once its controller's caches synced: what happened while no router
+        ran is caught up with, as a controller does at start."""
+        pending = set(self.controllers)
+        while pending and not self._stop.is_set():
+            for name in sorted(pending):
+                ctl = self.controllers[name]
+                if self._state(ctl)[0] == "ready":
+                    pending.discard(name)
+                    store = self._store(*ctl.parent.key)
+                    for parent in store.items() if store is not None else ():
+                        self._add(ctl, Key.of(parent), None)
+            self._stop.wait(0.2)
+
+    # -- readiness -------------------------------------------------------------------
+
+    def _state(self, ctl: Controller) -> tuple[str, list[str]]:
+        """``ready``, ``missing`` (CRDs not installed: named) or ``syncing`` (named)."""
+        missing, syncing = [], []
+        for k in ctl.kinds():
+            informer = self.cache.informer(*k.key)
+            if informer is None or k.optional:
+                continue
+            if informer.missing:
+                missing.append(str(k))
+            elif not informer.synced:
+                syncing.append(str(k))
+        if missing:
+            return "missing", missing
+        return ("syncing", syncing) if syncing else ("ready", [])
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once every handler whose CRDs are installed has its caches synced; a
+        handler waiting for a CRD is named but does not hold the others back."""
+        waiting, syncing = [], []
+        for ctl in self.controllers.values():
+            state, kinds = self._state(ctl)
+            if state == "missing":
+                waiting.append(f"{ctl.name} waits for {', '.join(kinds)} to be served")
+            elif state == "syncing":
+                syncing.append(f"{ctl.name} ({', '.join(kinds)})")
+        if syncing:
+            return False, "caches not synced yet: " + "; ".join(syncing)
+        text = "caches synced"
+        if waiting:
+            text += "; " + "; ".join(waiting) + " (a CustomResourceDefinition to install, e.g. "\
+                "kubectl apply -k crds/?)"
+        return True, text
+
+    # -- events in -------------------------------------------------------------------
+
+    def submit(self, event: Event) -> tuple[Ticket, dict[str, str]]:
+        """Queue the runs an event asks for. Returns the ticket to wait on and, per handler
+        that had nothing to run, why (an echo, an unchanged parent, a CRD not installed).
+        Raises :class:`CacheBehind` when the cache could not catch up with the event."""
+        ticket, notes = Ticket(), {}
+        try:
+            if event.is_kube:
+                self._submit_change(event, ticket, notes)
+            else:
+                for ctl in self.controllers.values():
+                    if self._state(ctl)[0] != "ready":
+                        continue
+                    keys = ctl.keys_for_event(event, self._reads(ctl))
+                    for key in keys or ():
+                        self._add(ctl, key, ticket)
+        finally:
+            ticket.seal()
+        return ticket, notes
+
+    def _submit_change(self, event: Event, ticket: Ticket, notes: dict[str, str]) -> None:
+        ref = event.ref
+        if ref is None:
+            return
+        kind = (ref.api_version, ref.kind)
+        interested = [c for c in self.controllers.values()
+                      if any(k.key == kind for k in c.event_kinds())]
+        if not interested:
+            return
+        ready = []
+        for ctl in interested:
+            state, kinds = self._state(ctl)
+            if state == "missing":
+                if kind == ctl.parent.key:
+                    raise CacheBehind(f"{ctl.name} got a {ref.kind} event but its "
+                                      f"CustomResourceDefinition is not served yet")
+                notes[ctl.name] = f"waiting for the CustomResourceDefinition of {kinds[0]}"
+            else:
+                ready.append(ctl)
+        if not ready:
+            return
+        subject = self._caught_up(event, kind)
+        uid, rv = ref.uid, ref.resource_version
+        for ctl in ready:
+            if self.echoes[ctl.name].is_echo(uid, rv, event.change or ""):
+                REQUESTS.labels(ctl.name, "echo").inc()
+                notes[ctl.name] = "echo of its own write"
+                continue
+            store = self._store(*ctl.parent.key)
+            keys = ctl.keys_for(subject, self._reads(ctl),
+                                parent_namespaced=bool(store and store.namespaced))
+            if kind == ctl.parent.key and event.change == "update":
+                keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
+                if not keys:
+                    REQUESTS.labels(ctl.name, "unchanged").inc()
+                    notes[ctl.name] = "only status or resourceVersion changed"
+            for key in keys:
+                self._add(ctl, key, ticket)
+
+    def _caught_up(self, event: Event, kind: tuple[str, str]) -> Obj:
+        """Wait (bounded) until the cache of the event's kind has seen its change; returns
+        the object as the cache holds it (the event's own data if gone)."""
+        ref = event.ref
+        assert ref is not None
+        informer = self.cache.informer(*kind)
+        assert informer is not None
+        body = event.object or {"apiVersion": ref.api_version, "kind": ref.kind,
+                                "metadata": {"name": ref.name, "namespace": ref.namespace,
+                                             "uid": ref.uid}}
+        rv = ref.resource_version
+        if rv is None and informer.synced and informer.store is not None:
+            rv = self._current_version(informer.reflector.res, ref.namespace, ref.name)
+        deleted = event.change == "delete"
+        if informer.matches(body) and not informer.wait_for(
+                rv, body, self.settings.cache_wait, deleted=deleted) \
+                and not (deleted and self._exists(ref)):
+            raise CacheBehind(f"the cache of {ref.kind} did not reach resourceVersion {rv} "
+                              f"within {self.settings.cache_wait:.0f}s; send the event again")
+        store = informer.store
+        held = store.get(ref.namespace, ref.name) if store is not None else None
+        return held if held is not None else body
+
+    def _current_version(self, res: Any, namespace: str | None, name: str) -> str:
+        """A Reference-mode event says which object, not which version: the API server's
+        current resourceVersion (one quorum read) is what the cache must reach."""
+        page = next(self.kube.pages(res, namespace, field_selector=f"metadata.name={name}",
+                                    limit=1, metadata_only=True))
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _exists(self, ref: Any) -> bool:
+        """A delete the cache never sees: does the object (that uid) still exist? Then the
+        event was stale or forged, and the cache that holds the object is right. (A list by
+        name: the router may list every kind it caches, it need not get them.)"""
+        res = self.kube.resource(ref.api_version, ref.kind)
+        page = next(self.kube.pages(res, ref.namespace, limit=1, metadata_only=True,
+                                    field_selector=f"metadata.name={ref.name}"))
+        return any(ref.uid is None or (item.get("metadata") or {}).get("uid") == ref.uid
+                   for item in page["items"])
+
+    def _unchanged(self, ctl: Controller, key: Key, parent: Obj) -> bool:
+        seen = self._seen.get((ctl.name, key))
+        return (seen is not None and seen.status == parent.get("status")
+                and seen.fingerprint == fingerprint(parent))
+
+    def _add(self, ctl: Controller, key: Key, ticket: Ticket | None) -> None:
+        before = self.queue.merged
+        self.queue.add((ctl.name, key), ticket)
+        REQUESTS.labels(ctl.name, "merged" if self.queue.merged > before else "queued").inc()
+
+    # -- runs ------------------------------------------------------------------------
+
+    def _store(self, api_version: str, kind: str) -> Store | None:
+        return self.cache.store(api_version, kind)
+
+    def _reads(self, ctl: Controller, parent: Obj | None = None) -> Reads:
+        return Reads(self._store, ctl.kinds(), ctl.name, parent)
+
+    def _terminating(self, namespace: str) -> bool:
+        store = self._store("v1", "Namespace")
+        ns = store.get(None, namespace) if store is not None else None
+        return bool(ns and ((ns.get("metadata") or {}).get("deletionTimestamp")
+                            or (ns.get("status") or {}).get("phase") == "Terminating"))
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            item = self.queue.get()
+            if item is None:
+                return
+            name, key = item
+            start = time.perf_counter()
+            try:
+                detail, retry, requeue = self._run(self.controllers[name], key)
+                result = Result(item, True, detail, None, time.perf_counter() - start)
+                RUNS.labels(name, "ok").inc()
+                if retry:
+                    self.queue.retry(item)
+                else:
+                    self.queue.forget(item)
+                if requeue:
+                    self.queue.add_after(item, requeue)
+            except Exception as exc:
+                delay = self.queue.retry(item)
+                RUNS.labels(name, "error").inc()
+                expected = isinstance(exc, errors.KubeError | LookupError | ValueError)
+                log.error("%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
+                          type(exc).__name__, exc, exc_info=not expected,
+                          extra={"fields": {"handler": name, "key": str(key)}})
+                result = Result(item, False, f"{type(exc).__name__}: {exc}", exc,
+                                time.perf_counter() - start)
+            self.queue.done(result)
+
+    def _run(self, ctl: Controller, key: Key) -> tuple[str, bool, float | None]:
+        state, kinds = self._state(ctl)
+        if state != "ready":
+            raise CacheBehind(f"{ctl.name}: {state} {', '.join(kinds)}")
+        store = self._store(*ctl.parent.key)
+        assert store is not None
+        parent = store.get(key.namespace or None, key.name)
+        before = fingerprint(parent) if parent is not None else ""
+        result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
+                     submit=self._pool.submit, terminating=self._terminating,
+                     seen_conflicts=self._conflicts)
+        after = store.get(key.namespace or None, key.name)
+        if after is None:
+            self._seen.pop((ctl.name, key), None)
+        else:
+            self._seen[(ctl.name, key)] = _Seen(before, after.get("status"))
+        log.debug("%s %s: %s", ctl.name, key, result.summary)
+        return f"{key}: {result.summary}", result.retry, result.requeue_after

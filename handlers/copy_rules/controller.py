@@ -1,0 +1,179 @@
+"""CopyRule on the reconcile engine: what a rule wants, from cached reads, and its status.
+
+One run per rule, whatever changed (a namespace, a source, a copy, the rule): every read is
+from the router's cache, so a full run costs no API request, and the engine writes only the
+copies that differ. Which rules a change concerns:
+
+* a CopyRule: itself;
+* a Namespace: every rule that may target it (its name; its labels are the run's business);
+* a ConfigMap/Secret: the rule owning it (a copy: engine default), the rules reading its
+  namespace as a source namespace, and the rules one of whose sources has its name (it sits
+  at a slot: a conflict, or a conflict that went away).
+
+A rule being deleted needs nothing: its copies carry ownerReferences to it, so the garbage
+collector removes them (and ``--cascade=orphan`` keeps them, as the user asked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
+from eventop.handlers.copy_rules.desired import (
+    API_VERSION,
+    KIND,
+    SOURCE_ANNOTATION,
+    SpecError,
+    adoptable,
+    desired_copies,
+    in_sync,
+    is_source,
+    may_target,
+    needs_recreate,
+    rule_kind,
+    rule_selector,
+    source_namespaces,
+    validate_selector,
+)
+from eventop.handlers.registry import Registry
+from eventop.kube import now_rfc3339, set_condition
+
+Obj = dict[str, Any]
+RULES = f"{API_VERSION}/{KIND}"
+MAX_WARNING_EVENTS = 10  # per run; more new conflicts are summed up in one Event
+
+registry = Registry()
+rules = Controller(
+    "copy-rules", parent=RULES, owns=["v1/ConfigMap", "v1/Secret"],
+    reads=[Kind("v1/Namespace", metadata_only=True)],
+    conflict_events=False,  # CopyConflict Events with the rule's own wording, see _notes
+    registry=registry)
+
+
+@rules.reconcile
+def copies(rule: Obj, reads: Reads) -> Desired:
+    """Every copy the rule asks for; the status counts what is in place after the run."""
+    try:
+        kind = rule_kind(rule)
+        validate_selector(rule_selector(rule), "spec.selector")
+        sources = rule_sources(rule, reads)
+        targets = reads.list("v1/Namespace")
+        wanted = desired_copies(rule, sources, targets)
+    except SpecError as exc:  # the user must fix the rule: nothing is written or pruned
+        return Desired(status=invalid_status(rule, str(exc)), prune=False,
+                       summary=f"invalid spec: {exc}")
+    children = []
+    for slot, want in wanted.items():
+        have = reads.get(("v1", kind), slot.name, slot.namespace)
+        children.append(Child(want, mode="replace", matches=in_sync,
+                              recreate=have is not None and needs_recreate(have, want),
+                              reason=f"from {want['metadata']['annotations'][SOURCE_ANNOTATION]}"))
+    found = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
+    return Desired(children, status=lambda outcome: rule_status(rule, found, outcome),
+                   events=lambda outcome: _notes(rule, kind, outcome))
+
+
+@rules.adopts
+def adopt(rule: Obj, obj: Obj) -> bool:
+    """Orphans naming the rule in label and annotation (see ``desired``'s docstring)."""
+    return adoptable(obj, rule)
+
+
+@rules.maps("v1/Namespace", metadata_only=True)
+def rules_of_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
+    name = namespace["metadata"]["name"]
+    return [r for r in reads.list(RULES) if may_target(r, name)]
+
+
+@rules.maps("v1/ConfigMap")
+@rules.maps("v1/Secret")
+def rules_of_object(obj: Obj, reads: Reads) -> list[Obj]:
+    """Rules whose source namespace holds it, or one of whose sources has its name."""
+    meta = obj["metadata"]
+    ns, name = meta.get("namespace"), meta["name"]
+    found = []
+    for rule in reads.list(RULES):
+        try:
+            if rule_kind(rule) != obj["kind"]:
+                continue
+            if ns in source_namespaces(rule) or (
+                    may_target(rule, ns or "") and name in source_names(rule, reads)):
+                found.append(rule)
+        except SpecError:
+            continue  # reported by the rule's own run
+    return found
+
+
+def rule_sources(rule: Obj, reads: Reads) -> list[Obj]:
+    """The rule's sources, as the cache holds them (filled by the API server, never by an
+    event: a forged event can at most cause one more run)."""
+    kind = ("v1", rule_kind(rule))
+    selector = rule_selector(rule)
+    return [obj for ns in source_namespaces(rule)
+            for obj in reads.list(kind, ns, selector=selector) if is_source(rule, obj)]
+
+
+def source_names(rule: Obj, reads: Reads) -> set[str]:
+    return {s["metadata"]["name"] for s in rule_sources(rule, reads)}
+
+
+# -- status ----------------------------------------------------------------------------
+
+
+def invalid_status(rule: Obj, message: str) -> Obj:
+    status = dict(rule.get("status") or {})
+    generation = (rule.get("metadata") or {}).get("generation")
+    status["lastError"] = message
+    status["conditions"] = set_condition(status.get("conditions"), "Ready", False, "InvalidSpec",
+                                         f"{message}: fix the CopyRule's spec", now_rfc3339(),
+                                         generation)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def rule_status(rule: Obj, sources: int, outcome: Outcome) -> Obj:
+    """Counts of what is in place now, the conflicts (objects at a copy's name that the rule
+    does not manage) and the writes the API server refused."""
+    old = dict(rule.get("status") or {})
+    conflicts = sorted(str(c) for c in outcome.conflicts)
+    errors = [str(e) for e in outcome.errors]
+    copies = len(outcome.in_place)
+    generation = (rule.get("metadata") or {}).get("generation")
+    status = dict(old)
+    status.update({"sources": sources, "copies": copies, "conflicts": len(conflicts),
+                   "conflictList": conflicts, "errors": len(errors)})
+    if generation is not None:
+        status["observedGeneration"] = generation
+    if errors:
+        status["lastError"] = errors[-1][:1024]
+        ready = (False, "Errors", f"{len(errors)} copies could not be written; last: "
+                 f"{errors[-1][:300]}")
+    elif conflicts:
+        ready = (False, "Conflicts", f"{len(conflicts)} target objects exist and are not managed "
+                 f"by this rule (left unchanged): {', '.join(conflicts[:5])}"
+                 f"{' ...' if len(conflicts) > 5 else ''}. Delete or rename them to let the "
+                 "rule create its copies.")
+    else:
+        ready = (True, "Synced", f"{copies} copies of {sources} sources in sync")
+    status["conditions"] = set_condition(old.get("conditions"), "Ready", ready[0], ready[1],
+                                         ready[2], now_rfc3339(), generation)
+    return status
+
+
+def _notes(rule: Obj, kind: str, outcome: Outcome) -> Iterable[Note]:
+    """A Warning per conflict not in the status yet (a few, then one summary): posted with
+    the status change that lists it, so a lasting conflict does not post one per resync."""
+    known = set((rule.get("status") or {}).get("conflictList") or [])
+    newly = sorted({str(c) for c in outcome.conflicts} - known)
+    name = rule["metadata"]["name"]
+    notes = [Note("Warning", "CopyConflict",
+                  f"{kind} {slot} exists and is not managed by CopyRule {name}: left "
+                  "unchanged. Delete or rename it to let the rule create its copy there.")
+             for slot in newly[:MAX_WARNING_EVENTS]]
+    if len(newly) > MAX_WARNING_EVENTS:
+        notes.append(Note("Warning", "CopyConflict",
+                          f"{len(newly) - MAX_WARNING_EVENTS} more {kind}s exist at target "
+                          "names and are not managed by this rule; see status.conflictList."))
+    return notes

@@ -1,0 +1,256 @@
+"""Informers: a reflector per kind keeping a :class:`~eventop.kube.store.Store` current, so
+that handlers read from memory instead of the API server.
+
+The router keeps one per kind its handlers declare. Each knows how far it has caught up (the
+resourceVersion of its last list, event or bookmark), so that work triggered by an event is
+never done on a cache older than that event (:meth:`Informer.wait_for`). A kind the API
+server does not serve (a CRD not installed yet) is looked up again every
+``missing_retry`` seconds, quietly; :attr:`Informer.missing` says so for readiness.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eventop.kube import errors
+from eventop.kube.client import Kube
+from eventop.kube.reflector import Reflector, Sink, Stopped, Watched, WatchSettings
+from eventop.kube.resources import is_custom
+from eventop.kube.store import Store, key_of, rv_at_least, slim
+
+log = logging.getLogger("eventop.kube.informer")
+
+Obj = dict[str, Any]
+FORBIDDEN_HINT = "grant list and watch on it to the router's ServiceAccount, see deploy/"
+
+
+@dataclass(frozen=True)
+class InformerSpec:
+    """What to cache of a kind: all objects or those matching a label selector; whole or
+    metadata only."""
+
+    api_version: str
+    kind: str
+    metadata_only: bool = False
+    selector: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.api_version}/{self.kind}"
+
+
+class Informer(Sink):
+    """One kind, listed and watched into a store."""
+
+    def __init__(self, kube: Kube, spec: InformerSpec, settings: WatchSettings,
+                 stop: threading.Event, *, missing_retry: float = 10.0) -> None:
+        self.kube = kube
+        self.spec = spec
+        self.stop = stop
+        self.missing_retry = missing_retry
+        self.store: Store | None = None
+        #: The API server does not serve the kind (its CRD is not installed): retried.
+        self.missing = False
+        self._changed = threading.Condition()
+        self._listing: list[Obj] = []
+        self.reflector = Reflector(kube, self._resolve, self, settings, stop, name=str(spec),
+                                   hint=FORBIDDEN_HINT, logger=log)
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self.reflector.synced.is_set()
+
+    @property
+    def resource_version(self) -> str:
+        return self.store.resource_version if self.store is not None else ""
+
+    def start(self) -> Informer:
+        self.reflector.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        self.reflector.join(timeout)
+
+    def matches(self, obj: Obj) -> bool:
+        """Would this informer hold ``obj`` (its label selector, if any, matches)?"""
+        if not self.spec.selector:
+            return True
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(_requirement_met(part.strip(), labels)
+                   for part in self.spec.selector.split(",") if part.strip())
+
+    def wait_for(self, resource_version: str | None, obj: Obj | None, timeout: float, *,
+                 deleted: bool = False) -> bool:
+        """Wait until the store reflects ``resource_version`` (a change of ``obj``).
+
+        resourceVersions that are integers (every real API server's) are compared as such,
+        as client-go does for consistent reads from its cache. Otherwise the store must
+        hold ``obj`` at exactly that resourceVersion. ``deleted``: the store must also no
+        longer hold that object (a delete found by a re-list carries the object's last
+        resourceVersion, not the delete's). False if not reached within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not (self._reached(resource_version, obj, deleted)
+                       and (not deleted or not self.holds(obj))):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.stop.is_set():
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def holds(self, obj: Obj | None) -> bool:
+        """Does the store hold this very object (same uid), at any version?"""
+        if obj is None or self.store is None:
+            return False
+        ns, name = key_of(obj)
+        held = self.store.get(ns, name)
+        uid = (obj.get("metadata") or {}).get("uid")
+        return held is not None and (uid is None or (held.get("metadata") or {}).get("uid") == uid)
+
+    def _reached(self, resource_version: str | None, obj: Obj | None, deleted: bool) -> bool:
+        if not self.synced or self.store is None:
+            return False
+        if not resource_version:
+            return True
+        ordered = rv_at_least(self.store.resource_version, resource_version)
+        if ordered is not None:
+            return ordered
+        if obj is None or deleted:
+            return True
+        ns, name = key_of(obj)
+        held = self.store.get(ns, name)
+        return held is not None and (held.get("metadata") or {}).get("resourceVersion") == \
+            resource_version
+
+    # -- finding the resource ----------------------------------------------------------
+
+    def _resolve(self) -> Watched:
+        said = False
+        while True:
+            try:
+                res = self.kube.resource(self.spec.api_version, self.spec.kind)
+            except errors.NotFound:
+                self.missing = True
+                if not said:
+                    why = ("is its CustomResourceDefinition installed?"
+                           if is_custom(self.spec.api_version) else
+                           "this API server does not enable that group/version")
+                    log.warning("%s is not served by the API server (%s); looking again every "
+                                "%.0fs", self.spec, why, self.missing_retry)
+                    said = True
+                if self.stop.wait(self.missing_retry):
+                    raise Stopped from None
+                continue
+            if self.missing:
+                log.info("%s is served now; caching it", self.spec)
+            self.missing = False
+            if self.store is None:
+                self.store = Store(res.api_version, res.kind, namespaced=res.namespaced)
+            return Watched(res, None, self.spec.selector, self.spec.metadata_only)
+
+    # -- the reflector's sink ----------------------------------------------------------
+
+    def begin_list(self, mode: str) -> None:
+        self._listing = []
+
+    def list_item(self, obj: Obj) -> None:
+        self._listing.append(slim(obj))
+
+    def end_list(self, resource_version: str) -> None:
+        assert self.store is not None
+        self.store.replace_all(self._listing, resource_version)
+        self._listing = []
+        log.info("%s: cached %d objects at resourceVersion %s", self.spec, len(self.store),
+                 resource_version)
+        self._notify()
+
+    def offer(self, change: str, obj: Obj, timeout: float) -> bool:
+        assert self.store is not None
+        if change == "delete":
+            self.store.remove(obj)
+        else:
+            self.store.put(obj)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.store.resource_version = str(rv)
+        self._notify()
+        return True
+
+    def bookmark(self, resource_version: str) -> None:
+        if self.store is not None:
+            self.store.resource_version = resource_version
+            self._notify()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+
+def _requirement_met(requirement: str, labels: dict[str, str]) -> bool:
+    """One requirement of a label selector in the API's syntax: ``k=v``, ``k==v``, ``k!=v``,
+    ``k``, ``!k`` (set-based ``in``/``notin`` are treated as matching: no wait is skipped)."""
+    if requirement.startswith("!"):
+        return requirement[1:] not in labels
+    if "!=" in requirement:
+        key, value = requirement.split("!=", 1)
+        return labels.get(key.strip()) != value.strip()
+    if "=" in requirement:
+        key, value = requirement.replace("==", "=").split("=", 1)
+        return labels.get(key.strip()) == value.strip()
+    if " " in requirement:
+        return True
+    return requirement in labels
+
+
+class Cache:
+    """The router's informers, one per cached kind."""
+
+    def __init__(self, kube: Kube, specs: Iterable[InformerSpec], *,
+                 settings: WatchSettings | None = None, missing_retry: float = 10.0) -> None:
+        self.kube = kube
+        self.stop_event = threading.Event()
+        # The cache needs no periodic re-list: the watch keeps it current, a 410 re-lists.
+        self.settings = settings or WatchSettings(resync_seconds=0)
+        self.informers = {(s.api_version, s.kind): Informer(kube, s, self.settings,
+                                                            self.stop_event,
+                                                            missing_retry=missing_retry)
+                          for s in specs}
+
+    def start(self) -> Cache:
+        for informer in self.informers.values():
+            informer.start()
+        return self
+
+    def stop(self, join_seconds: float = 1.0) -> None:
+        self.stop_event.set()
+        deadline = time.monotonic() + join_seconds
+        for informer in self.informers.values():
+            informer.join(max(0.0, deadline - time.monotonic()))
+
+    def informer(self, api_version: str, kind: str) -> Informer | None:
+        return self.informers.get((api_version, kind))
+
+    def store(self, api_version: str, kind: str) -> Store | None:
+        """The store of a kind, once its informer has synced; None otherwise."""
+        informer = self.informers.get((api_version, kind))
+        if informer is None or not informer.synced:
+            return None
+        return informer.store
+
+    def wait_synced(self, timeout: float, kinds: Iterable[tuple[str, str]] | None = None,
+                    ready: Callable[[Informer], bool] = lambda i: i.synced) -> bool:
+        """True once the informers of ``kinds`` (default: all) have synced."""
+        deadline = time.monotonic() + timeout
+        wanted = [self.informers[k] for k in kinds] if kinds is not None else \
+            list(self.informers.values())
+        for informer in wanted:
+            if not informer.reflector.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return all(ready(i) for i in wanted)

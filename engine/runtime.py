@@ -56,16 +56,28 @@ class EngineSettings:
     write_concurrency: int = 16
     #: How long an event waits for the cache to reach its resourceVersion before 503.
     cache_wait: float = 10.0
+    #: How long an event waits for its runs before 503 (the runs go on).
+    answer_wait: float = 45.0
 
     @classmethod
     def from_env(cls) -> EngineSettings:
-        raw = os.environ.get("EVENTOP_CACHE_WAIT_SECONDS", "").strip()
-        try:
-            wait = float(raw) if raw else cls.cache_wait
-        except ValueError:
-            raise ValueError(f"EVENTOP_CACHE_WAIT_SECONDS must be a number of seconds, not "
-                             f"{raw!r}") from None
-        return cls(cache_wait=wait)
+        """``EVENTOP_CACHE_WAIT_SECONDS`` and ``EVENTOP_ANSWER_WAIT_SECONDS``; ValueError
+        saying which and what is accepted for a value that is not a positive number."""
+        return cls(cache_wait=_seconds("EVENTOP_CACHE_WAIT_SECONDS", cls.cache_wait),
+                   answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait))
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
+    return value
 
 
 @dataclass
@@ -106,6 +118,8 @@ class Engine:
         self._pool = ThreadPoolExecutor(self.settings.write_concurrency,
                                         thread_name_prefix="engine-write")
         self._seen: dict[Item, _Seen] = {}
+        #: Runs to check their parent with the API server first (see _parent_gone).
+        self._verify: set[Item] = set()
         self._conflicts: dict[str, set[str]] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -234,6 +248,8 @@ class Engine:
                 if not keys:
                     REQUESTS.labels(ctl.name, "unchanged").inc()
                     notes[ctl.name] = "only status or resourceVersion changed"
+            if event.change == "delete" and any(k.key == kind for k in ctl.owns):
+                self._verify.update((ctl.name, key) for key in keys)
             for key in keys:
                 self._add(ctl, key, ticket)
 
@@ -271,11 +287,28 @@ class Engine:
         """A delete the cache never sees: does the object (that uid) still exist? Then the
         event was stale or forged, and the cache that holds the object is right. (A list by
         name: the router may list every kind it caches, it need not get them.)"""
-        res = self.kube.resource(ref.api_version, ref.kind)
-        page = next(self.kube.pages(res, ref.namespace, limit=1, metadata_only=True,
-                                    field_selector=f"metadata.name={ref.name}"))
-        return any(ref.uid is None or (item.get("metadata") or {}).get("uid") == ref.uid
-                   for item in page["items"])
+        found = self._read_meta(ref.api_version, ref.kind, ref.namespace, ref.name)
+        return found is not None and (ref.uid is None or found.get("uid") == ref.uid)
+
+    def _read_meta(self, api_version: str, kind: str, namespace: str | None,
+                   name: str) -> Obj | None:
+        """An object's metadata, from the API server (a list by name: the router may list
+        every kind it caches, it need not get them)."""
+        res = self.kube.resource(api_version, kind)
+        page = next(self.kube.pages(res, namespace, limit=1, metadata_only=True,
+                                    field_selector=f"metadata.name={name}"))
+        items = page["items"]
+        return items[0].get("metadata") or {} if items else None
+
+    def _parent_gone(self, ctl: Controller, key: Key, parent: Obj) -> bool:
+        """A child was deleted: by a person (recreate it), or by the garbage collector
+        because the parent went (do nothing). The parent's own deletion may not have reached
+        the cache yet (its watch and the child's are independent), so before recreating
+        anything the API server is asked, once per run, whether the parent is still there."""
+        meta = self._read_meta(ctl.parent.api_version, ctl.parent.kind, key.namespace or None,
+                               key.name)
+        return meta is None or meta.get("uid") != parent["metadata"].get("uid") \
+            or bool(meta.get("deletionTimestamp"))
 
     def _unchanged(self, ctl: Controller, key: Key, parent: Obj) -> bool:
         seen = self._seen.get((ctl.name, key))
@@ -336,6 +369,13 @@ class Engine:
         store = self._store(*ctl.parent.key)
         assert store is not None
         parent = store.get(key.namespace or None, key.name)
+        item = (ctl.name, key)
+        if item in self._verify:
+            self._verify.discard(item)
+            if parent is not None and not parent["metadata"].get("deletionTimestamp") \
+                    and self._parent_gone(ctl, key, parent):
+                return (f"{key}: a child was deleted and {ctl.parent.kind} {key} is gone or "
+                        "going (asked the API server): nothing to restore"), False, None
         before = fingerprint(parent) if parent is not None else ""
         result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
                      submit=self._pool.submit, terminating=self._terminating,

@@ -48,6 +48,10 @@ environment (besides the variables of the options above):
                             or is answered 401 (probes and /metrics stay open); unset: off
   RATES_API_URL             the exchange-rate provider, a Frankfurter API (default
                             https://api.frankfurter.dev/v1)
+  EVENTOP_CACHE_WAIT_SECONDS  how long an event waits for the router's cache to catch up
+                            with its change before it is answered 503 (default 10)
+  EVENTOP_ANSWER_WAIT_SECONDS  how long an event waits for the runs it asked for before it
+                            is answered 503, the runs going on (default 45)
   PROMETHEUS_MULTIPROC_DIR  directory for per-worker metric files; its *.db files are
                             removed at start. When unset, a fresh temporary directory is
                             created and removed on exit.

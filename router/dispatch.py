@@ -21,16 +21,12 @@ from eventop.kube.errors import KubeError, Unavailable
 
 log = logging.getLogger("eventop.router")
 
-#: How long an event waits for the runs it asked for before it is answered 503 (the runs go
-#: on; the sender's retry is then merged into them or finds the work done).
-ANSWER_WAIT = float(os.environ.get("EVENTOP_ANSWER_WAIT_SECONDS", "45") or 45)
-
-
 class EngineProvider:
     """The engine of this worker process: started once the Kubernetes API is reachable."""
 
     def __init__(self, registry: Registry, kube_provider: Any) -> None:
         self.controllers = list(registry.controllers)
+        self.settings = EngineSettings.from_env()  # a mistyped value fails the start
         self.kube_provider = kube_provider
         self._engine: Engine | None = None
         self._pid: int | None = None
@@ -51,7 +47,7 @@ class EngineProvider:
                 try:
                     kube = self.kube_provider.get()
                     self._engine = Engine(self.controllers, kube,
-                                          settings=EngineSettings.from_env()).start()
+                                          settings=self.settings).start()
                     self._pid = pid
                 except KubeError as exc:
                     self._error = str(exc)
@@ -106,10 +102,11 @@ def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
     except KubeError as exc:
         raise Unavailable(str(exc)) from exc
     outcomes = [Outcome(name, True, 0.0, note) for name, note in notes.items()]
-    if not ticket.wait(ANSWER_WAIT):
+    wait = engines.settings.answer_wait
+    if not ticket.wait(wait):
         waiting = ", ".join(f"{name} {key}" for name, key in sorted(ticket.pending))
-        raise Unavailable(f"runs of {waiting} not finished within {ANSWER_WAIT:.0f}s; they go "
-                          "on, send the event again to learn how they ended")
+        raise Unavailable(f"runs of {waiting} not finished within {wait:.0f}s; they go on, "
+                          "send the event again to learn how they ended")
     for (name, _key), result in sorted(ticket.results.items(), key=lambda kv: str(kv[0])):
         outcomes.append(Outcome(name, result.ok, result.duration, result.detail, result.error))
     return outcomes

@@ -338,7 +338,8 @@ def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
 
     action = Action("apply", "ConfigMap", "teams", "a-roster", roster(team("a", ["ann"])),
                     roster(team("a", [])), Child(roster(team("a", ["ann"]))))
-    outcome = execute(Plan(actions=[action]), Refusing(), "uid")  # type: ignore[arg-type]
+    parent = {**team("a", ["ann"]), "metadata": {**team("a", [])["metadata"], "uid": "uid"}}
+    outcome = execute(Plan(actions=[action]), Refusing(), parent)  # type: ignore[arg-type]
     (error,) = outcome.errors
     assert (error.status, error.reason) == (422, "Invalid")
     assert error.message == "spec: Forbidden: field is immutable"

@@ -173,6 +173,17 @@ class Engine:
             return "missing", missing
         return ("syncing", syncing) if syncing else ("ready", [])
 
+    def _synced_state(self, ctl: Controller) -> tuple[str, list[str]]:
+        """:meth:`_state`, after waiting (bounded) for caches still syncing: an event that
+        arrives while the router starts waits for them instead of failing."""
+        state, kinds = self._state(ctl)
+        if state == "syncing":
+            self.cache.wait_synced(self.settings.cache_wait,
+                                   [k.key for k in ctl.kinds() if not k.optional
+                                    and self.cache.informer(*k.key) is not None])
+            state, kinds = self._state(ctl)
+        return state, kinds
+
     def readiness(self) -> tuple[bool, str]:
         """Ready once every handler whose CRDs are installed has its caches synced; a
         handler waiting for a CRD is named but does not hold the others back."""
@@ -223,7 +234,7 @@ class Engine:
             return
         ready = []
         for ctl in interested:
-            state, kinds = self._state(ctl)
+            state, kinds = self._synced_state(ctl)
             if state == "missing":
                 if kind == ctl.parent.key:
                     raise CacheBehind(f"{ctl.name} got a {ref.kind} event but its "
@@ -363,7 +374,7 @@ class Engine:
             self.queue.done(result)
 
     def _run(self, ctl: Controller, key: Key) -> tuple[str, bool, float | None]:
-        state, kinds = self._state(ctl)
+        state, kinds = self._synced_state(ctl)
         if state != "ready":
             raise CacheBehind(f"{ctl.name}: {state} {', '.join(kinds)}")
         store = self._store(*ctl.parent.key)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.reflector import Reflector, Sink, Stopped, Watched, WatchSettings
 from eventop.kube.resources import is_custom
@@ -134,9 +133,10 @@ class Informer(Sink):
     def _resolve(self) -> Watched:
         said = False
         while True:
-            try:
-                res = self.kube.resource(self.spec.api_version, self.spec.kind)
-            except errors.NotFound:
+            # Discovery, not the static table: whether the kind is served is the question.
+            res = next((r for r in self.kube.discover(self.spec.api_version)
+                        if r.kind == self.spec.kind), None)
+            if res is None:
                 self.missing = True
                 if not said:
                     why = ("is its CustomResourceDefinition installed?"

@@ -68,12 +68,16 @@ BUILTIN: tuple[Resource, ...] = (
     _r("apps/v1", "StatefulSet", "statefulsets"),
     _r("apps/v1", "DaemonSet", "daemonsets"),
     _r("apps/v1", "Deployment", "deployments"),
+    _r("batch/v1", "Job", "jobs"),
+    _r("batch/v1", "CronJob", "cronjobs"),
+    _r("snapshot.storage.k8s.io/v1", "VolumeSnapshot", "volumesnapshots"),
     _r("coordination.k8s.io/v1", "Lease", "leases"),
     _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
        namespaced=False),
     _r("eventop.dev/v1", "RegistryMirror", "registrymirrors"),
     _r("eventop.dev/v1", "CopyRule", "copyrules", namespaced=False),
     _r("eventop.dev/v1", "ExchangeRate", "exchangerates"),
+    _r("eventop.dev/v1", "Database", "databases"),
 )
 
 

@@ -26,6 +26,7 @@ import pytest
 from tests.faults.observer import Observer
 from tests.faults.stack import Cluster, Stack, converge, report
 from tests.faults.workload import Workload
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -233,7 +234,10 @@ def test_one_failing_handler_does_not_stall_unrelated_objects(
         _flood_rates(workload, 16, "GBP")
         failing = _copy_latencies(stack, workload, 16, "b")
         queued = stack.watcher_metric("eventop_watcher_queue_depth")
-        still_failing = stack.sink.failed
+        # The copies can all be in place before the first ExchangeRate event got its 500 (the
+        # rate events still wait behind the slow ones of the provider-down phase): wait for
+        # one, so that the 500 path is known to have been exercised too.
+        still_failing = wait_until(lambda: stack.sink.failed, 120)
         stack.sink.answer(None)
         report("failing handler (provider down, ExchangeRates answered 500)",
                copies_p50_provider_down_s=_median(healthy), copies_max_provider_down_s=max(healthy),

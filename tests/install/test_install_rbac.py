@@ -445,8 +445,20 @@ def router_trace() -> Iterator[KubeRecorder]:
 
 # -- router ----------------------------------------------------------------------------------
 
+def cache_accesses() -> set[Access]:
+    """list and watch of every kind a built-in controller declares: the router's cache holds
+    them, whether or not the local API server of the scenarios serves them (Jobs, say)."""
+    table = plurals()
+    found = set()
+    for ctl in builtin_registry().controllers:
+        for kind in ctl.kinds():
+            group, plural = table[kind.key]
+            found |= {Access(group, plural, "list"), Access(group, plural, "watch")}
+    return found
+
+
 def derived_router_accesses(trace: KubeRecorder) -> set[Access]:
-    return trace.accesses() | trace.owner_finalizer_accesses(plurals())
+    return trace.accesses() | trace.owner_finalizer_accesses(plurals()) | cache_accesses()
 
 
 def test_router_is_granted_exactly_what_its_handlers_use(router_trace: KubeRecorder) -> None:

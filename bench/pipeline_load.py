@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 import requests  # noqa: E402
 import yaml  # noqa: E402
 
-from eventop.testing.processes import RouterProcess, WatcherProcess, free_port  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
+from eventop.testing.processes import RouterProcess, WatcherProcess, free_port  # noqa: E402
 
 CLUSTER = REPO.parent / "shared" / "k8s" / "cluster"
 QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request", "EVENTOP_LOG_LEVEL": "WARNING"}

@@ -103,6 +103,6 @@ def test_a_recorded_session_converges_whatever_the_delivery_order(eventop_router
     cluster = eventop_router.cluster
     left = sorted((o["kind"], o["metadata"]["name"])
                   for kind in ("v1/ConfigMap", "v1/Service", "apps/v1/Deployment")
-                  for o in cluster.list(*kind.rsplit("/", 1), namespace="web")
+                  for o in cluster.list(kind, "web")
                   if o["metadata"]["name"] != "kube-root-ca.crt")
     assert left == [("ConfigMap", "blog-pages"), ("Deployment", "blog"), ("Service", "blog")]

@@ -89,8 +89,9 @@ def test_the_router_and_the_watcher_build_a_new_site(eventop_pipeline) -> None:
     site = eventually(lambda: (s := cluster.get("example.com/v1/StaticSite", "docs", "web"))
                       and s.get("status") and s, 60, "a status")
     assert site["status"]["url"] == "http://docs.web.svc.cluster.local"
-    logged = " ".join(line["message"] for line in eventop_pipeline.events_logged())
-    assert "add StaticSite web/docs" in logged
+    eventually(lambda: [line for line in eventop_pipeline.events_logged()  # the router's log
+                        if line["message"].startswith("add StaticSite web/docs: static-sites")],
+               30, "the router's line for the site's event")
 
 
 @pytest.mark.parametrize("order", ["in_order", "shuffled", "duplicated"])

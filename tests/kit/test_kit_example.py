@@ -4,6 +4,7 @@ router and the watcher), and its Dockerfile checked by hadolint."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -12,8 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "static-site"
+from eventop.kube.resources import BUILTIN
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "static-site"
 
 
 def test_the_example_passes_its_own_tests() -> None:
@@ -38,3 +43,47 @@ def test_hadolint_finds_nothing_in_the_example_dockerfile() -> None:
     proc = subprocess.run([str(exe), str(EXAMPLE / "Dockerfile")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _static_site_controller():
+    spec = importlib.util.spec_from_file_location("static_site", EXAMPLE / "static_site.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sites
+
+
+def _granted(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_example_rbac_grants_the_router_what_the_engine_does_for_its_declared_kinds() -> None:
+    """Every kind the controller declares is cached (list, watch); an owned one is created,
+    read back after a 409, applied and pruned; the parent's status is patched and, for
+    blockOwnerDeletion, its finalizers updated. Bound to the ServiceAccount eventop's own
+    manifests give the router."""
+    role, binding = yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text())
+    crd = yaml.safe_load((EXAMPLE / "crds" / "staticsites.yaml").read_text())
+    plurals = {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
+    plurals[(f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}",
+             crd["spec"]["names"]["kind"])] = (crd["spec"]["group"], crd["spec"]["names"]["plural"])
+    sites = _static_site_controller()
+
+    def where(kind) -> tuple[str, str]:
+        return plurals[(kind.api_version, kind.kind)]
+
+    needed = {(*where(k), verb) for k in [sites.parent, *sites.owns, *sites.reads]
+              for verb in ("list", "watch")}
+    needed |= {(*where(k), verb) for k in sites.owns
+               for verb in ("get", "create", "patch", "delete")}
+    group, plural = where(sites.parent)
+    needed |= {(group, f"{plural}/status", "patch"), (group, f"{plural}/finalizers", "update")}
+    assert _granted(role["rules"]) == needed
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    router_account = next(doc for doc in yaml.safe_load_all(
+        (REPO / "deploy" / "common" / "router-rbac.yaml").read_text())
+        if doc and doc["kind"] == "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount",
+                                    "name": router_account["metadata"]["name"],
+                                    "namespace": router_account["metadata"]["namespace"]}]

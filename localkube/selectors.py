@@ -105,28 +105,71 @@ FIELD_LABELS: dict[str, set[str]] = {
 
 
 def parse_field_selector(text: str | None, kind: str) -> Matcher | None:
-    """Equality-based field selector; unsupported field labels are a 400 like the real one."""
+    """Equality-based field selector; unsupported field labels are a 400 like the real one.
+
+    Values are escaped as apimachinery's ``fields.EscapeValue`` writes them (``\\,``,
+    ``\\=``, ``\\\\``): a name containing a comma is still one requirement."""
     if not text or not text.strip():
         return None
     allowed = {"metadata.name", "metadata.namespace"} | FIELD_LABELS.get(kind, set())
     checks: list[tuple[str, bool, str]] = []
-    for req in _split_top(text):
-        for op, positive in (("!=", False), ("==", True), ("=", True)):  # noqa: B007
-            if op in req:
-                key, _, value = req.partition(op)
-                key = key.strip()
-                break
-        else:
-            raise bad_request(f'invalid field selector: "{req}": expected key=value')
+    for req in _split_unescaped(text):
+        key, positive, value = _field_term(req)
         if key not in allowed:
             raise ApiError(400, "BadRequest",
                            f'"{key}" is not a known field selector: only '
                            f'"metadata.name", "metadata.namespace"')
-        checks.append((key, positive, value.strip()))
+        checks.append((key, positive, value))
 
     def match(obj: Obj) -> bool:
         return all((_field_value(obj, k) == v) == pos for k, pos, v in checks)
     return match
+
+
+def _split_unescaped(text: str) -> list[str]:
+    """Split at commas not escaped by a backslash (apimachinery's splitTerms)."""
+    terms, current, escaped = [], "", False
+    for c in text:
+        if escaped:
+            current += "\\" + c
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == ",":
+            terms.append(current)
+            current = ""
+        else:
+            current += c
+    terms.append(current + ("\\" if escaped else ""))
+    return terms
+
+
+def _field_term(req: str) -> tuple[str, bool, str]:
+    """(key, positive, unescaped value) of ``key=value``, ``key==value`` or ``key!=value``."""
+    i = 0
+    while i < len(req):
+        if req[i] == "\\":
+            i += 2
+            continue
+        for op, positive in (("!=", False), ("==", True), ("=", True)):
+            if req.startswith(op, i):
+                return req[:i].strip(), positive, _unescape(req[i + len(op):].strip(), req)
+        i += 1
+    raise bad_request(f'invalid field selector: "{req}": expected key=value')
+
+
+def _unescape(value: str, req: str) -> str:
+    out, i = "", 0
+    while i < len(value):
+        if value[i] == "\\":
+            if i + 1 >= len(value) or value[i + 1] not in "\\,=":
+                raise bad_request(f'invalid field selector: "{req}": invalid escape sequence')
+            out += value[i + 1]
+            i += 2
+        else:
+            out += value[i]
+            i += 1
+    return out
 
 
 def parse_selectors(kind: str, query: dict[str, str]) -> Matcher | None:

@@ -31,6 +31,7 @@ from eventop.handlers.events import Event
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.objects import name_selector
 from eventop.kube.store import Store
 
 log = logging.getLogger("eventop.engine")
@@ -290,7 +291,7 @@ class Engine:
     def _current_version(self, res: Any, namespace: str | None, name: str) -> str:
         """A Reference-mode event says which object, not which version: the API server's
         current resourceVersion (one quorum read) is what the cache must reach."""
-        page = next(self.kube.pages(res, namespace, field_selector=f"metadata.name={name}",
+        page = next(self.kube.pages(res, namespace, field_selector=name_selector(name),
                                     limit=1, metadata_only=True))
         return str((page.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -307,7 +308,7 @@ class Engine:
         every kind it caches, it need not get them)."""
         res = self.kube.resource(api_version, kind)
         page = next(self.kube.pages(res, namespace, limit=1, metadata_only=True,
-                                    field_selector=f"metadata.name={name}"))
+                                    field_selector=name_selector(name)))
         items = page["items"]
         return items[0].get("metadata") or {} if items else None
 

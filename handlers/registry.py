@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eventop.engine.kinds import Kind, merge_kinds
 from eventop.handlers.events import Event
 from eventop.kube.resources import is_custom
 
@@ -65,11 +66,13 @@ def field_manager_for(module: str, name: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Pattern:
-    """One ``@on``: shell-style type patterns and, optionally, the object's kind."""
+    """One ``@on``: shell-style type patterns and, optionally, the object's kind (and a label
+    selector narrowing what the watcher watches of that kind for it)."""
 
     types: tuple[str, ...]
     api_version: str | None
     kind: str | None
+    selector: str | None = None
 
     def wants(self, event: Event) -> bool:
         if not any(fnmatch.fnmatchcase(event.type, pattern) for pattern in self.types):
@@ -126,14 +129,17 @@ class Registry:
     # -- declaring ---------------------------------------------------------------------
 
     def on(self, *types: str, api_version: str | None = None, kind: str | None = None,
-           field_manager: str | None = None) -> Callable[[HandlerFn], HandlerFn]:
+           field_manager: str | None = None,
+           selector: str | None = None) -> Callable[[HandlerFn], HandlerFn]:
         """Decorator: call the function for events whose type matches one of ``types``
         (shell-style patterns) and, if given, whose object has this apiVersion and kind.
 
-        ``field_manager`` overrides the one derived from the function's module."""
+        ``field_manager`` overrides the one derived from the function's module. ``selector``
+        (a label selector, ``app.kubernetes.io/managed-by=eventop``) says that only objects
+        with those labels matter to the function: the watcher then watches only those."""
         if not types:
             raise TypeError("on() needs at least one event type (patterns like 'a.b.*' work)")
-        pattern = Pattern(tuple(types), api_version, kind)
+        pattern = Pattern(tuple(types), api_version, kind, selector)
 
         def register(fn: HandlerFn) -> HandlerFn:
             reg = self._regs.get(fn)
@@ -182,15 +188,17 @@ class Registry:
     def __bool__(self) -> bool:
         return bool(self._regs or self._controllers)
 
-    def event_kinds(self) -> set[tuple[str, str]]:
-        """Every (apiVersion, kind) whose changes some handler wants to hear about: what the
-        watcher (or the ApiServerSource) must watch."""
-        kinds: set[tuple[str, str]] = set()
-        for reg in self._regs.values():
-            kinds |= reg.kinds()
+    def watched_kinds(self) -> list[Kind]:
+        """Every kind whose changes some handler wants to hear about, with a label selector
+        when every handler of that kind narrows it the same way: what the watcher (or the
+        ApiServerSource) must watch. Sorted by apiVersion and kind."""
+        declared = [Kind(p.api_version, p.kind, selector=p.selector)
+                    for reg in self._regs.values() for p in reg.patterns
+                    if p.api_version and p.kind]
         for ctl in self._controllers.values():
-            kinds |= {k.key for k in ctl.event_kinds()}
-        return kinds
+            declared += [Kind(k.api_version, k.kind, selector=k.selector, optional=k.optional)
+                         for k in ctl.event_kinds()]
+        return sorted(merge_kinds(declared).values(), key=lambda k: k.key)
 
     def needed_kinds(self, *, controllers: bool = True) -> dict[tuple[str, str], list[str]]:
         """Every (apiVersion, kind) a handler listens to or reads, with the handlers that

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from eventop.kube import errors
 from eventop.kube.client import Kube
-from eventop.kube.reflector import Reflector, Sink, Stopped, Watched, WatchSettings
+from eventop.kube.reflector import Reflector, Sink, Watched, WatchSettings, until_served
 from eventop.kube.resources import is_custom
 from eventop.kube.store import Store, key_of, rv_at_least, slim
 
@@ -131,29 +132,24 @@ class Informer(Sink):
     # -- finding the resource ----------------------------------------------------------
 
     def _resolve(self) -> Watched:
-        said = False
-        while True:
+        why = ("is its CustomResourceDefinition installed?" if is_custom(self.spec.api_version)
+               else "this API server does not enable that group/version")
+
+        def find() -> Watched:
             # Discovery, not the static table: whether the kind is served is the question.
             res = next((r for r in self.kube.discover(self.spec.api_version)
                         if r.kind == self.spec.kind), None)
             if res is None:
-                self.missing = True
-                if not said:
-                    why = ("is its CustomResourceDefinition installed?"
-                           if is_custom(self.spec.api_version) else
-                           "this API server does not enable that group/version")
-                    log.warning("%s is not served by the API server (%s); looking again every "
-                                "%.0fs", self.spec, why, self.missing_retry)
-                    said = True
-                if self.stop.wait(self.missing_retry):
-                    raise Stopped from None
-                continue
-            if self.missing:
-                log.info("%s is served now; caching it", self.spec)
-            self.missing = False
+                raise errors.NotFound(f"{self.spec} is not served", reason="NotFound")
             if self.store is None:
                 self.store = Store(res.api_version, res.kind, namespaced=res.namespaced)
             return Watched(res, None, self.spec.selector, self.spec.metadata_only)
+
+        return until_served(find, self.stop, self.missing_retry, log, str(self.spec), why,
+                            self._set_missing)
+
+    def _set_missing(self, missing: bool) -> None:
+        self.missing = missing
 
     # -- the reflector's sink ----------------------------------------------------------
 

@@ -145,6 +145,13 @@ def status_changed(old: Obj, new: Obj) -> bool:
     return any(old.get(key) != value for key, value in new.items())
 
 
+def name_selector(name: str) -> str:
+    """The field selector of one name, its value escaped as apimachinery's
+    ``fields.EscapeValue`` does: a name from an event body (``a,b``) stays one name."""
+    escaped = name.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    return f"metadata.name={escaped}"
+
+
 def label_selector_string(selector: Obj | None) -> str:
     """A metav1.LabelSelector as the query string the API server understands.
 

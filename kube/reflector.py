@@ -387,6 +387,34 @@ class Reflector:
         return True
 
 
+def until_served(find: Callable[[], Watched], stop: threading.Event, retry_seconds: float,
+                 logger: logging.Logger, what: str, why: str,
+                 on_missing: Callable[[bool], None] = lambda _missing: None) -> Watched:
+    """``find()``, retried every ``retry_seconds`` while it raises NotFound (a kind not
+    served: a CustomResourceDefinition not installed yet), saying so once, not at every
+    attempt; ``on_missing(True/False)`` learns whether it is missing. Raises
+    :class:`Stopped` when stopping."""
+    said = False
+    while True:
+        try:
+            watched = find()
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            on_missing(True)
+            if not said:
+                logger.warning("%s is not served by the API server (%s); looking again every "
+                               "%.0fs", what, why, retry_seconds)
+                said = True
+            if stop.wait(retry_seconds):
+                raise Stopped from None
+            continue
+        if said:
+            logger.info("%s is served now", what)
+        on_missing(False)
+        return watched
+
+
 def describe(exc: BaseException, kube: Kube, hint: str = "") -> str:
     """A list/watch failure as one line that says what is wrong and what to check."""
     if isinstance(exc, KubeError):

@@ -37,7 +37,7 @@ from eventop.kube.reflector import WatchSettings
 from eventop.router.auth import bearer_header
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
-from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec, parse_resources
+from eventop.watcher.specs import ResourceSpec, default_resources, parse_resources
 from eventop.watcher.watch import Watcher
 
 log = logging.getLogger("eventop.watcher")
@@ -75,15 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="list+watch resources and post every change",
         description="List and watch the configured resources forever and post each change as "
                     "a CloudEvent. Resources are written [group/]version/plural[@namespace]"
-                    "[:label-selector], separated by spaces. Default: "
-                    + " ".join(DEFAULT_RESOURCES),
+                    "[:label-selector], separated by spaces. Default: every kind the handlers "
+                    "listen to (the built-in ones chosen by EVENTOP_BUILTIN_HANDLERS and "
+                    "yours named by EVENTOP_HANDLERS), as `python -m eventop.watcher "
+                    "resources` prints them.",
         epilog="environment: EVENTOP_ROUTER_TOKEN, when set, is sent as 'Authorization: "
                "Bearer <token>' with every event (the router requires it when it has it too)")
     _add_common(run, kube=True)
     run.add_argument("--resource", action="append", default=None, metavar="RESOURCE",
                      help="a resource to watch (repeatable); replaces the default set")
-    env_flag(run, "--resources", "EVENTOP_RESOURCES", " ".join(DEFAULT_RESOURCES),
-             "space-separated resources to watch")
+    env_flag(run, "--resources", "EVENTOP_RESOURCES", None,
+             "space-separated resources to watch (default: what the handlers listen to)")
     env_flag(run, "--resync-seconds", "EVENTOP_RESYNC_SECONDS", 300.0,
              "full resync period: every object is sent again as an update (0: never)",
              number(0))
@@ -149,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("paths", nargs="+", type=Path, help="recording directories or files")
     _add_sender(rep, "eventop-replay")
 
+    res = sub.add_parser(
+        "resources", help="print what `run` watches by default: every kind the handlers "
+                          "listen to, one resource a line",
+        description="Print the resources `run` watches when neither --resource nor "
+                    "EVENTOP_RESOURCES is given: every kind the loaded handlers listen to "
+                    "(EVENTOP_BUILTIN_HANDLERS, EVENTOP_HANDLERS). What the watcher's "
+                    "ClusterRole must grant list and watch on.")
+    _add_common(res, sink=False)
+
     emit = sub.add_parser("emit", help="post one CloudEvent (the CronJob's rate refresh)")
     emit.add_argument("type", help="CloudEvent type, e.g. dev.eventop.exchangerates.refresh")
     emit.add_argument("--data", default=None, help="JSON data of the event")
@@ -199,11 +210,21 @@ def _connect(args: argparse.Namespace) -> Kube:
 
 
 def _specs(args: argparse.Namespace) -> list[ResourceSpec]:
+    if not args.resource and not args.resources:
+        return _handlers_resources()
     try:
         return ([ResourceSpec.parse(r) for r in args.resource] if args.resource
                 else parse_resources(args.resources))
     except ValueError as exc:
         raise ConfigError(f"--resource/EVENTOP_RESOURCES: {exc}") from None
+
+
+def _handlers_resources() -> list[ResourceSpec]:
+    """What the handlers listen to: the watcher loads them (as the router does) to know."""
+    try:
+        return default_resources()
+    except ValueError as exc:  # HandlerLoadError: a module that does not import, a bad name
+        raise ConfigError(str(exc)) from None
 
 
 def check_builtin_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
@@ -324,8 +345,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
     return 0 if accepted else 1
 
 
+def cmd_resources(args: argparse.Namespace) -> int:
+    for spec in _handlers_resources():
+        print(f"{spec}{'  (optional)' if spec.optional else ''}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    command = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "emit": cmd_emit}
+    command = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "emit": cmd_emit,
+               "resources": cmd_resources}
     args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
     try:
         if args.backoff_max < args.backoff_base:

@@ -1,27 +1,28 @@
 """What the watcher watches: resources written ``[group/]version/plural[@namespace][:selector]``.
 
 Examples: ``v1/configmaps``, ``eventop.dev/v1/copyrules``, ``v1/secrets@team-a``,
-``apps/v1/statefulsets:app.kubernetes.io/managed-by=eventop``. No namespace means all.
+``apps/v1/statefulsets:app.kubernetes.io/managed-by=eventop``. No namespace means all. A
+kind works where the plural is not known: ``example.com/v1/Team`` (found by discovery).
+
+By default the watcher watches what the handlers listen to (:func:`default_resources`):
+every kind an ``@on`` names and every kind a controller's parent, owned children or mapping
+functions are of, narrowed by a label selector where every handler of the kind declares the
+same one. A user's handler module (``EVENTOP_HANDLERS``) adds its kinds without restating
+the built-in ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eventop.kube import Kube
 from eventop.kube.reflector import Watched, watch_string
+from eventop.kube.resources import ResourceTable
 
-MANAGED_SELECTOR = "app.kubernetes.io/managed-by=eventop"
-DEFAULT_RESOURCES = (
-    "eventop.dev/v1/registrymirrors",
-    "eventop.dev/v1/copyrules",
-    "eventop.dev/v1/exchangerates",
-    "v1/namespaces",
-    "v1/configmaps",
-    "v1/secrets",
-    f"apps/v1/statefulsets:{MANAGED_SELECTOR}",
-    f"apps/v1/daemonsets:{MANAGED_SELECTOR}",
-)
+if TYPE_CHECKING:
+    from eventop.handlers.registry import Registry
+
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,12 @@ class ResourceSpec:
 
     group: str
     version: str
-    plural: str
+    plural: str  # or a Kind (capitalised), resolved by discovery
     namespace: str | None = None
     label_selector: str | None = None
+    #: The API server may not serve it (an add-on's CRD a handler can do without): waited
+    #: for quietly instead of reported as an error.
+    optional: bool = False
 
     @classmethod
     def parse(cls, text: str) -> ResourceSpec:
@@ -60,12 +64,30 @@ class ResourceSpec:
         return watch_string(self.api_version, self.plural, self.namespace, self.label_selector)
 
     def resolve(self, kube: Kube) -> Watched:
-        """What the reflector watches: the resource found by its plural (the static table,
-        else API discovery; NotFound while its CRD is not installed)."""
-        return Watched(kube.resource_by_plural(self.api_version, self.plural), self.namespace,
-                       self.label_selector)
+        """What the reflector watches: the resource found by its plural or kind (the static
+        table, else API discovery; NotFound while its CRD is not installed)."""
+        res = (kube.resource(self.api_version, self.plural) if self.plural[:1].isupper()
+               else kube.resource_by_plural(self.api_version, self.plural))
+        return Watched(res, self.namespace, self.label_selector)
 
 
 def parse_resources(text: str) -> list[ResourceSpec]:
     """Resources separated by whitespace or newlines (label selectors contain commas)."""
     return [ResourceSpec.parse(t) for t in text.split() if t.strip()]
+
+
+def default_resources(registry: Registry | None = None) -> list[ResourceSpec]:
+    """What the handlers listen to (``registry``: default, the router's own composition of
+    the built-in handlers and ``EVENTOP_HANDLERS``), as resources to watch."""
+    if registry is None:
+        from eventop import handlers
+
+        registry = handlers.load()
+    table = ResourceTable()
+    specs = []
+    for kind in registry.watched_kinds():
+        known = table.by_kind(kind.api_version, kind.kind)
+        group, _, version = kind.api_version.rpartition("/")
+        specs.append(ResourceSpec(group, version, known.plural if known else kind.kind, None,
+                                  kind.selector, kind.optional))
+    return specs

@@ -31,7 +31,7 @@ from prometheus_client import Counter
 
 from eventop.events import to_cloudevent
 from eventop.kube import Kube
-from eventop.kube.reflector import Reflector, Sink, Stopped, WatchSettings
+from eventop.kube.reflector import Reflector, Sink, Stopped, Watched, WatchSettings, until_served
 from eventop.kube.resources import Resource
 from eventop.watcher.delivery import Deliverer, Outgoing
 from eventop.watcher.specs import ResourceSpec
@@ -45,6 +45,7 @@ EVENTS_EMITTED = Counter("eventop_watcher_events_emitted_total",
 
 DELETED_UNWATCHED = "eventop.dev/deleted-while-unwatched"
 FORBIDDEN_HINT = "grant list and watch on it to the watcher's ServiceAccount, see deploy/"
+OPTIONAL_RETRY_SECONDS = 60.0
 
 
 class Known(NamedTuple):
@@ -89,8 +90,14 @@ class ResourceWatcher(Sink):
         self._seen: set[str] = set()
         self._counts: dict[str, int] = {}
         self._pending: Outgoing | None = None  # the event the deliverer had no room for
-        self.reflector = Reflector(kube, lambda: spec.resolve(kube), self, settings, stop,
-                                   name=self.name, hint=FORBIDDEN_HINT, logger=log)
+        def resolve() -> Watched:
+            if not spec.optional:  # not served: an error, retried with backoff
+                return spec.resolve(kube)
+            return until_served(lambda: spec.resolve(kube), stop, OPTIONAL_RETRY_SECONDS, log,
+                                self.name, "optional: a handler can do without it")
+
+        self.reflector = Reflector(kube, resolve, self, settings, stop, name=self.name,
+                                   hint=FORBIDDEN_HINT, logger=log)
 
     # -- lifecycle -------------------------------------------------------------------
 

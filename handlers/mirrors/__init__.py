@@ -24,9 +24,11 @@ from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import API_VERSION, KIND, Names
 from eventop.handlers.mirrors.reconcile import reconcile, reconcile_conflicted, refresh_status
 from eventop.handlers.registry import Registry
+from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL
 
 #: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
 registry = Registry()
+MANAGED = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 @registry.on(ANY_KUBE_CHANGE, api_version=API_VERSION, kind=KIND)
@@ -74,8 +76,9 @@ def owning_mirror(kube: Any, event: Event) -> str | None:
     return None
 
 
-@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="StatefulSet")
-@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="DaemonSet")
+# Only the workloads eventop made (see build.labels) matter: the watcher watches only those.
+@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="StatefulSet", selector=MANAGED)
+@registry.on(ANY_KUBE_CHANGE, api_version="apps/v1", kind="DaemonSet", selector=MANAGED)
 def on_mirror_workload(event: Event, kube: Any) -> str | None:
     mirror = owning_mirror(kube, event)
     ref = event.ref

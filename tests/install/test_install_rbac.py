@@ -531,14 +531,26 @@ def test_requests_map_to_the_permissions_the_api_server_checks(
 
 # -- watcher, refresh, ApiServerSource -------------------------------------------------------
 
+def watcher_resources() -> list[Any]:
+    """What the watcher watches by default: what the built-in handlers listen to."""
+    from eventop.watcher.specs import default_resources
+
+    return default_resources(builtin_registry())
+
+
 def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -> None:
     """Run deploy/'s watcher command and environment against the local API server until it
-    watches every default resource; what it asked for is what it needs. Leader election is
-    off there (one replica), so no Lease access; turned on in the manifest, it would be
-    derived here too."""
-    from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec
+    watches every default resource the local API server serves (it serves no Jobs, say);
+    what it asked for must be what the handlers' declarations derive (list and watch of each
+    resource), and that is what it is granted. Leader election is off there (one replica),
+    so no Lease access; turned on in the manifest, it would be derived here too."""
+    from eventop.kube import Kube
 
-    wanted = {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
+    derived = {(s.group, s.plural) for s in watcher_resources()}
+    kube = Kube.connect(url=local_kube.url)
+    served = {(s.group, s.plural) for s in watcher_resources()
+              if any(r.plural == s.plural for r in kube.discover(s.api_version))}
+    assert {("", "configmaps"), ("eventop.dev", "copyrules")} <= served
     with Sink() as sink:
         command, env = manifest_run(local_kube, "Deployment", "eventop-watcher", sink)
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -546,7 +558,7 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
         try:
             watching: set[tuple[str, str]] = set()
             deadline = time.monotonic() + 60
-            while watching != wanted and time.monotonic() < deadline and proc.poll() is None:
+            while watching != served and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.1)
                 watching = {(a.group, a.resource) for a in served_accesses(local_kube)
                             if a.verb == "watch"}
@@ -557,8 +569,10 @@ def test_watcher_is_granted_exactly_what_it_lists_and_watches(local_kube: Any) -
             except subprocess.TimeoutExpired:
                 proc.kill()
                 _out, err = proc.communicate()
-    assert watching == wanted, f"the watcher never watched {wanted - watching}:\n{err[-2000:]}"
-    need = served_accesses(local_kube)
+    assert watching == served, f"the watcher never watched {served - watching}:\n{err[-2000:]}"
+    need = {Access(g, p, v) for g, p in derived for v in ("list", "watch")}
+    asked = served_accesses(local_kube)
+    assert asked <= need, f"the watcher asked for more than its handlers need: {asked - need}"
     have = granted(render("deploy"), "eventop-watcher", NAMESPACE)
     missing, unused = sorted(map(str, need - have)), sorted(map(str, have - need))
     assert not missing, "the watcher needs these, add them to its role: " + "; ".join(missing)
@@ -584,16 +598,39 @@ def test_refresh_job_needs_no_api_access(local_kube: Any) -> None:
 
 
 def test_apiserversource_watches_the_watchers_resources_read_only() -> None:
-    from eventop.watcher.specs import DEFAULT_RESOURCES, ResourceSpec
-
+    """Knative's source watches what the handlers listen to (the optional kinds aside: a
+    source for a kind the cluster does not serve would not start), with the same label
+    selectors, and may only read them; each kind has its Trigger to the router."""
     objs = render("knative")
     source = find(objs, "ApiServerSource", "eventop")
     assert source["spec"]["mode"] == "Resource"
     table = plurals()
-    watched = {table[(r["apiVersion"], r["kind"])] for r in source["spec"]["resources"]}
-    assert watched == {(s.group, s.plural) for s in map(ResourceSpec.parse, DEFAULT_RESOURCES)}
-    need = {Access(g, p, v) for g, p in watched for v in ("get", "list", "watch")}
+    watched = {(*table[(r["apiVersion"], r["kind"])],
+                ",".join(f"{k}={v}" for k, v in sorted(
+                    (r.get("selector") or {}).get("matchLabels", {}).items())) or None)
+               for r in source["spec"]["resources"]}
+    assert watched == {(s.group, s.plural, s.label_selector) for s in watcher_resources()
+                       if not s.optional}
+    need = {Access(g, p, v) for g, p, _ in watched for v in ("get", "list", "watch")}
     assert granted(objs, source["spec"]["serviceAccountName"], NAMESPACE) == need
+    triggered = {(f["exact"]["apiversion"], f["exact"]["kind"])
+                 for t in objs if t["kind"] == "Trigger"
+                 for f in t["spec"].get("filters") or [] if "kind" in f.get("exact", {})}
+    assert triggered == {(r["apiVersion"], r["kind"]) for r in source["spec"]["resources"]}
+
+
+def test_a_kind_a_handler_listens_to_is_watched_in_both_install_modes() -> None:
+    """Every kind a built-in handler listens to reaches the router: the watcher's default
+    resources (deploy/) and the ApiServerSource (knative/) both cover it."""
+    registry = builtin_registry()
+    default = {(k.api_version, k.kind) for k in registry.watched_kinds()}
+    source = find(render("knative"), "ApiServerSource", "eventop")
+    knative = {(r["apiVersion"], r["kind"]) for r in source["spec"]["resources"]}
+    optional = {(k.api_version, k.kind) for k in registry.watched_kinds() if k.optional}
+    table = plurals()
+    derived = {table[k] for k in default}
+    assert {(s.group, s.plural) for s in watcher_resources()} == derived
+    assert default - optional <= knative, f"nobody watches {default - optional - knative}"
 
 
 @pytest.mark.parametrize("directory", ["deploy", "knative"])

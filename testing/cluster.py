@@ -113,18 +113,25 @@ def _kind_of(what: tuple[str | None, ...]) -> tuple[str, str, tuple[str | None, 
 
 
 class LocalCluster(Cluster):
-    """eventop's local API server, with ``crds`` installed (paths of files or folders)."""
+    """eventop's local API server, with ``crds`` installed (paths of files or folders).
 
-    def __init__(self, crds: Iterable[str | Path] = (), **options: Any) -> None:
+    ``options`` go to :class:`eventop.localkube.LocalKube` (``bookmark_interval=0.1``...);
+    or give ``local``, a LocalKube already started, to use that one (whoever started it stops
+    it: :meth:`close` leaves it running).
+    """
+
+    def __init__(self, crds: Iterable[str | Path] = (), *, local: Any = None,
+                 **options: Any) -> None:
         from eventop.localkube import LocalKube
 
-        self.local = LocalKube(crd_dir=None, **options)
-        self.url = self.local.start()
+        self._owned = local is None
+        self.local = LocalKube(crd_dir=None, **options) if local is None else local
+        self.url = self.local.start() if local is None else self.local.url
         try:
             for crd in load_crds(crds):
                 self.local.put(crd)
         except BaseException:
-            self.local.stop()
+            self.close()
             raise
         self.kube = Kube.connect(url=self.url)
         self.env = {"EVENTOP_KUBE_URL": self.url}
@@ -152,7 +159,8 @@ class LocalCluster(Cluster):
         return path
 
     def close(self) -> None:
-        self.local.stop()
+        if self._owned:
+            self.local.stop()
 
 
 class RealCluster(Cluster):

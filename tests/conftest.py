@@ -1,8 +1,9 @@
 """Shared fixtures: a fresh local API server per test, the full pipeline, and the real cluster.
 
 ``local_kube``/``kube``: the local stand-in for kube-apiserver, over HTTP.
-``pipeline``: local API server + router under gunicorn; override ``pipeline_env`` in a test
-module to give the router extra environment (e.g. ``RATES_API_URL``).
+``pipeline``: the test kit's :class:`eventop.testing.Pipeline` (router under gunicorn,
+every built-in handler) on ``local_kube``; override ``pipeline_env`` in a test module to give
+the router extra environment (e.g. ``RATES_API_URL``, ``EVENTOP_BUILTIN_HANDLERS``).
 ``cluster_pipeline``: the same against ``EVENTOP_TEST_KUBECONFIG``; tests using it must be
 marked ``cluster`` and are skipped without that variable.
 """
@@ -45,26 +46,39 @@ def pipeline_env() -> dict[str, str]:
     return {}
 
 
-@pytest.fixture
-def pipeline(local_kube: object, pipeline_env: dict[str, str]) -> Iterator[object]:
-    from tests.support.pipeline import LocalPipeline
+def _pipeline(cluster: object, env: dict[str, str], log_dir: object) -> object:
+    """The kit's Pipeline (:mod:`eventop.testing`), running every built-in handler unless
+    ``env`` picks some (``EVENTOP_BUILTIN_HANDLERS``), with two gunicorn workers."""
+    from eventop.handlers import BUILTIN
+    from eventop.testing import Pipeline
 
-    pipe = LocalPipeline(local_kube, pipeline_env)
+    env = dict(env)
+    builtin = env.pop("EVENTOP_BUILTIN_HANDLERS",
+                      ",".join(name.rpartition(".")[2] for name in BUILTIN))
+    return Pipeline(cluster, builtin=builtin, env=env, workers=2, log_dir=str(log_dir))
+
+
+@pytest.fixture
+def pipeline(local_kube: object, pipeline_env: dict[str, str],
+             tmp_path: object) -> Iterator[object]:
+    from eventop.testing import LocalCluster
+
+    pipe = _pipeline(LocalCluster(local=local_kube), pipeline_env, tmp_path)
     try:
         yield pipe
     finally:
-        pipe.close()
+        pipe.close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture
-def cluster_pipeline(pipeline_env: dict[str, str]) -> Iterator[object]:
+def cluster_pipeline(pipeline_env: dict[str, str], tmp_path: object) -> Iterator[object]:
     kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
     if not kubeconfig:
         pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
-    from tests.support.pipeline import ClusterPipeline
+    from eventop.testing import RealCluster
 
-    pipe = ClusterPipeline(kubeconfig, pipeline_env)
+    pipe = _pipeline(RealCluster(kubeconfig), pipeline_env, tmp_path)
     try:
         yield pipe
     finally:
-        pipe.close()
+        pipe.close()  # type: ignore[attr-defined]

@@ -32,7 +32,7 @@ def pipeline_env(rates_url: str) -> dict[str, str]:
 @pytest.fixture
 def installed_crds(cluster_pipeline) -> list[str]:
     """Apply every CRD of crds/ (as the admin would) and wait until each is Established."""
-    world = cluster_pipeline.world
+    world = cluster_pipeline.cluster.world
     names = []
     for path in sorted((REPO / "crds").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
@@ -45,7 +45,7 @@ def installed_crds(cluster_pipeline) -> list[str]:
             crd = world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
             return any(c["type"] == "Established" and c["status"] == "True"
                        for c in (crd.get("status") or {}).get("conditions") or [])
-        cluster_pipeline.wait_for(established, what=f"{name} Established")
+        cluster_pipeline.cluster.wait_for(established, what=f"{name} Established")
         names.append(name)
     return names
 
@@ -57,17 +57,17 @@ def test_crds_apply_and_become_established(installed_crds):
 
 def test_replayed_exchange_rate_event_fills_its_configmap(cluster_pipeline, installed_crds):
     ns = f"eventop-smoke-{uuid.uuid4().hex[:6]}"
-    cluster_pipeline.world_put({"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": ns}})
+    cluster_pipeline.cluster.put({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": ns}})
     try:
-        rate = cluster_pipeline.world_put({
+        rate = cluster_pipeline.cluster.put({
             "apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
             "metadata": {"name": "smoke-usd", "namespace": ns}, "spec": {"currency": "USD"}})
         assert cluster_pipeline.post("add", rate) == 200
-        cm = cluster_pipeline.wait_for(
-            lambda: cluster_pipeline.kube.get_or_none("v1", "ConfigMap", "smoke-usd", ns),
+        cm = cluster_pipeline.cluster.wait_for(
+            lambda: cluster_pipeline.cluster.kube.get_or_none("v1", "ConfigMap", "smoke-usd", ns),
             what="ConfigMap smoke-usd")
         assert cm["data"]["rate"] == EUR_RATES["USD"]
         assert cm["metadata"]["ownerReferences"][0]["uid"] == rate["metadata"]["uid"]
     finally:
-        cluster_pipeline.world_remove("v1", "Namespace", ns)
+        cluster_pipeline.cluster.remove("v1", "Namespace", ns)

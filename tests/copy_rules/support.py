@@ -12,7 +12,7 @@ from eventop.engine.runtime import Engine, EngineSettings
 from eventop.handlers.copy_rules import desired
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
-from tests.support.waiting import wait_until
+from eventop.testing.waiting import wait_until
 
 Obj = dict[str, Any]
 Key = tuple[str, str | None, str]

@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 
 @pytest.fixture
 def run(cluster_pipeline: Any) -> Iterator[dict[str, Any]]:
-    world = cluster_pipeline.world
+    world = cluster_pipeline.cluster.world
     world.apply(yaml.safe_load((REPO / "crds" / "copyrules.yaml").read_text()))
     run_id = uuid.uuid4().hex[:6]
     names = {k: f"eventop-copy-{run_id}-{k}" for k in ("src", "t1", "t2", "t3")}
@@ -35,7 +35,7 @@ def run(cluster_pipeline: Any) -> Iterator[dict[str, Any]]:
             return True
         except Exception:
             return False
-    cluster_pipeline.wait_for(rule_served, what="CopyRule served")
+    cluster_pipeline.cluster.wait_for(rule_served, what="CopyRule served")
     try:
         yield info
     finally:
@@ -61,7 +61,7 @@ def rule_body(run: dict[str, Any], rule_type: str) -> Obj:
 
 
 def get_cm(p: Any, ns: str, name: str = "app-config") -> Obj | None:
-    found: Obj | None = p.kube.get_or_none("v1", "ConfigMap", name, ns)
+    found: Obj | None = p.cluster.kube.get_or_none("v1", "ConfigMap", name, ns)
     return found
 
 
@@ -69,50 +69,52 @@ def test_copies_follow_namespaces_sources_hand_edits_and_the_rule(
         cluster_pipeline: Any, run: dict[str, Any]) -> None:
     p, ns = cluster_pipeline, run["ns"]
     for key in ("src", "t1", "t2"):
-        p.post("add", p.world_put(ns_obj(ns[key], run["label"] if key != "src" else {})))
-    source = p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": "app-config", "namespace": ns["src"],
-                                       "labels": {"copyrator": "true"}},
-                          "data": {"mirror": "m:5000"}})
-    rule = p.world_put(rule_body(run, "configmap"))
+        p.post("add", p.cluster.put(ns_obj(ns[key], run["label"] if key != "src" else {})))
+    source = p.cluster.put({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "app-config", "namespace": ns["src"],
+                                         "labels": {"copyrator": "true"}},
+                            "data": {"mirror": "m:5000"}})
+    rule = p.cluster.put(rule_body(run, "configmap"))
     assert p.post("add", rule) == 200
     for key in ("t1", "t2"):
-        copy = p.wait_for(lambda k=key: get_cm(p, ns[k]), what=f"copy in {key}")
+        copy = p.cluster.wait_for(lambda k=key: get_cm(p, ns[k]), what=f"copy in {key}")
         assert copy["data"] == {"mirror": "m:5000"}
         assert copy["metadata"]["ownerReferences"][0]["uid"] == \
-            p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["metadata"]["uid"]
+            p.cluster.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["metadata"]["uid"]
 
     # a hand-made object where a copy would go is left alone and reported
-    p.world_put(ns_obj(ns["t3"]))
-    p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": "app-config", "namespace": ns["t3"],
-                              "labels": {"app.kubernetes.io/managed-by": "eventop"}},
-                 "data": {"mirror": "hand-made"}})
-    assert p.post("update", p.world_put(ns_obj(ns["t3"], run["label"]))) == 200
-    status = p.wait_for(lambda: (p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])
-                                 .get("status") or {}).get("conflicts") == 1 and
-                        p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"],
-                        what="conflict reported")
+    p.cluster.put(ns_obj(ns["t3"]))
+    p.cluster.put({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "app-config", "namespace": ns["t3"],
+                                "labels": {"app.kubernetes.io/managed-by": "eventop"}},
+                   "data": {"mirror": "hand-made"}})
+    assert p.post("update", p.cluster.put(ns_obj(ns["t3"], run["label"]))) == 200
+
+    def conflict_reported() -> Obj | None:
+        status = p.cluster.kube.get("eventop.dev/v1", "CopyRule", run["rule"]).get("status")
+        return status if (status or {}).get("conflicts") == 1 else None
+
+    status = p.cluster.wait_for(conflict_reported, what="conflict reported")
     assert status["conflictList"] == [f"{ns['t3']}/app-config"]
     assert get_cm(p, ns["t3"])["data"] == {"mirror": "hand-made"}
 
     # the source changes: every copy follows
     source["data"] = {"mirror": "m:5001"}
-    assert p.post("update", p.world_put(source)) == 200
+    assert p.post("update", p.cluster.put(source)) == 200
     for key in ("t1", "t2"):
-        p.wait_for(lambda k=key: (get_cm(p, ns[k]) or {}).get("data") == {"mirror": "m:5001"},
-                   what=f"updated copy in {key}")
+        p.cluster.wait_for(lambda k=key: (get_cm(p, ns[k]) or {}).get("data") ==
+                           {"mirror": "m:5001"}, what=f"updated copy in {key}")
 
     # a copy deleted by hand comes back
     gone = get_cm(p, ns["t1"])
-    p.world.delete("v1", "ConfigMap", "app-config", ns["t1"])
+    p.cluster.world.delete("v1", "ConfigMap", "app-config", ns["t1"])
     assert p.post("delete", gone) == 200
-    p.wait_for(lambda: get_cm(p, ns["t1"]), what="restored copy")
+    p.cluster.wait_for(lambda: get_cm(p, ns["t1"]), what="restored copy")
 
     # deleting the rule: the garbage collector removes the copies, not the hand-made object
-    p.world.delete("eventop.dev/v1", "CopyRule", run["rule"])
-    p.wait_for(lambda: get_cm(p, ns["t1"]) is None and get_cm(p, ns["t2"]) is None,
-               timeout=120, what="copies garbage-collected")
+    p.cluster.world.delete("eventop.dev/v1", "CopyRule", run["rule"])
+    p.cluster.wait_for(lambda: get_cm(p, ns["t1"]) is None and get_cm(p, ns["t2"]) is None,
+                       timeout=120, what="copies garbage-collected")
     assert get_cm(p, ns["t3"])["data"] == {"mirror": "hand-made"}
     assert get_cm(p, ns["src"])["data"] == {"mirror": "m:5001"}
 
@@ -120,55 +122,56 @@ def test_copies_follow_namespaces_sources_hand_edits_and_the_rule(
 def test_secret_copies_keep_their_type_and_tokens_are_not_copied(
         cluster_pipeline: Any, run: dict[str, Any]) -> None:
     p, ns = cluster_pipeline, run["ns"]
-    p.world_put(ns_obj(ns["src"]))
-    p.world_put(ns_obj(ns["t1"], run["label"]))
-    dockercfg = p.world_put({"apiVersion": "v1", "kind": "Secret",
-                             "type": "kubernetes.io/dockerconfigjson",
-                             "metadata": {"name": "regcred", "namespace": ns["src"],
-                                          "labels": {"copyrator": "true"}},
-                             "data": {".dockerconfigjson": "eyJhdXRocyI6e319"}})
-    p.world_put({"apiVersion": "v1", "kind": "ServiceAccount",
-                 "metadata": {"name": "builder", "namespace": ns["src"]}})
-    p.world_put({"apiVersion": "v1", "kind": "Secret",
-                 "type": "kubernetes.io/service-account-token",
-                 "metadata": {"name": "builder-token", "namespace": ns["src"],
-                              "labels": {"copyrator": "true"},
-                              "annotations": {"kubernetes.io/service-account.name": "builder"}}})
-    rule = p.world_put(rule_body(run, "secret"))
+    p.cluster.put(ns_obj(ns["src"]))
+    p.cluster.put(ns_obj(ns["t1"], run["label"]))
+    dockercfg = p.cluster.put({"apiVersion": "v1", "kind": "Secret",
+                               "type": "kubernetes.io/dockerconfigjson",
+                               "metadata": {"name": "regcred", "namespace": ns["src"],
+                                            "labels": {"copyrator": "true"}},
+                               "data": {".dockerconfigjson": "eyJhdXRocyI6e319"}})
+    p.cluster.put({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "builder", "namespace": ns["src"]}})
+    p.cluster.put({"apiVersion": "v1", "kind": "Secret",
+                   "type": "kubernetes.io/service-account-token",
+                   "metadata": {"name": "builder-token", "namespace": ns["src"],
+                                "labels": {"copyrator": "true"},
+                                "annotations": {"kubernetes.io/service-account.name": "builder"}}})
+    rule = p.cluster.put(rule_body(run, "secret"))
     assert p.post("add", rule) == 200
-    copy = p.wait_for(lambda: p.kube.get_or_none("v1", "Secret", "regcred", ns["t1"]),
-                      what="Secret copy")
+    copy = p.cluster.wait_for(
+        lambda: p.cluster.kube.get_or_none("v1", "Secret", "regcred", ns["t1"]), what="Secret copy")
     assert copy["type"] == "kubernetes.io/dockerconfigjson"
     assert copy["data"] == dockercfg["data"]
-    assert p.kube.get_or_none("v1", "Secret", "builder-token", ns["t1"]) is None
-    status = p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
+    assert p.cluster.kube.get_or_none("v1", "Secret", "builder-token", ns["t1"]) is None
+    status = p.cluster.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
     assert (status["sources"], status["copies"]) == (1, 1)
 
 
 def test_copies_orphaned_with_the_rule_are_adopted_by_the_rule_applied_again(
         cluster_pipeline: Any, run: dict[str, Any]) -> None:
     p, ns = cluster_pipeline, run["ns"]
-    p.world_put(ns_obj(ns["src"]))
-    p.world_put(ns_obj(ns["t1"], run["label"]))
-    p.world_put({"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": "app-config", "namespace": ns["src"],
-                              "labels": {"copyrator": "true"}},
-                 "data": {"mirror": "m:5000"}})
+    p.cluster.put(ns_obj(ns["src"]))
+    p.cluster.put(ns_obj(ns["t1"], run["label"]))
+    p.cluster.put({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "app-config", "namespace": ns["src"],
+                                "labels": {"copyrator": "true"}},
+                   "data": {"mirror": "m:5000"}})
     body = rule_body(run, "configmap")
-    assert p.post("add", p.world_put(body)) == 200
-    p.wait_for(lambda: get_cm(p, ns["t1"]), what="copy")
-    p.world.delete("eventop.dev/v1", "CopyRule", run["rule"], propagation="Orphan")
+    assert p.post("add", p.cluster.put(body)) == 200
+    p.cluster.wait_for(lambda: get_cm(p, ns["t1"]), what="copy")
+    p.cluster.world.delete("eventop.dev/v1", "CopyRule", run["rule"], propagation="Orphan")
 
     def orphaned() -> bool:
         copy = get_cm(p, ns["t1"])  # the garbage collector strips the ownerReference
         return copy is not None and not copy["metadata"].get("ownerReferences")
-    p.wait_for(orphaned, timeout=120, what="orphaned copy")
-    p.wait_for(lambda: p.kube.get_or_none("eventop.dev/v1", "CopyRule", run["rule"]) is None,
-               what="rule gone")
-    rule = p.world_put(body)
+    p.cluster.wait_for(orphaned, timeout=120, what="orphaned copy")
+    p.cluster.wait_for(
+        lambda: p.cluster.kube.get_or_none("eventop.dev/v1", "CopyRule", run["rule"]) is None,
+        what="rule gone")
+    rule = p.cluster.put(body)
     assert p.post("add", rule) == 200
-    adopted = p.wait_for(lambda: (get_cm(p, ns["t1"]) or {"metadata": {}})["metadata"]
-                         .get("ownerReferences"), what="adopted copy")
+    adopted = p.cluster.wait_for(lambda: (get_cm(p, ns["t1"]) or {"metadata": {}})["metadata"]
+                                 .get("ownerReferences"), what="adopted copy")
     assert [r["uid"] for r in adopted] == [rule["metadata"]["uid"]]
-    status = p.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
+    status = p.cluster.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
     assert (status["copies"], status["conflicts"]) == (1, 0)

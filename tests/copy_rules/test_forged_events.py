@@ -36,26 +36,26 @@ def scene(request: pytest.FixtureRequest) -> Any:
         pipe = request.getfixturevalue("cluster_pipeline")
     run = uuid.uuid4().hex[:6]
     src, target = f"forge-{run}-src", f"forge-{run}-target"
-    pipe.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": src}})
-    pipe.world_put({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": target, "labels": {"forge-run": run}}})
-    rule = pipe.world_put({
+    pipe.cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": src}})
+    pipe.cluster.put({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": target, "labels": {"forge-run": run}}})
+    rule = pipe.cluster.put({
         "apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": f"forge-{run}"},
         "spec": {"ruleType": "secret", "namespaces": [src], "selector": {"matchLabels": SELECTED},
                  "targetNamespaces": {"selector": {"matchLabels": {"forge-run": run}}}}})
-    real = pipe.world_put(secret(src, "regcred", {"k": b64("real")}, SELECTED))
-    unselected = pipe.world_put(secret(src, "private", {"k": b64("private")}))
+    real = pipe.cluster.put(secret(src, "regcred", {"k": b64("real")}, SELECTED))
+    unselected = pipe.cluster.put(secret(src, "private", {"k": b64("private")}))
     assert pipe.post("add", rule) == 200
     assert pipe.post("add", real) == 200
     yield pipe, src, target, real, unselected
     if request.param == "cluster":
-        pipe.world.delete("eventop.dev/v1", "CopyRule", f"forge-{run}")
+        pipe.cluster.world.delete("eventop.dev/v1", "CopyRule", f"forge-{run}")
         for ns in (src, target):
-            pipe.world.delete("v1", "Namespace", ns)
+            pipe.cluster.world.delete("v1", "Namespace", ns)
 
 
 def copies(pipe: Any, target: str) -> dict[str, Obj]:
-    items = pipe.kube.list("v1", "Secret", target)
+    items = pipe.cluster.kube.list("v1", "Secret", target)
     return {s["metadata"]["name"]: s for s in items
             if s.get("type") != "kubernetes.io/service-account-token"}
 

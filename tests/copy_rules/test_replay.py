@@ -20,8 +20,7 @@ from typing import Any
 from eventop.watcher.recording import load_recording
 
 Obj = dict[str, Any]
-RECORDING = "copy-rules"
-RECORDINGS = Path(__file__).resolve().parents[1] / "recordings" / RECORDING
+RECORDINGS = Path(__file__).resolve().parents[1] / "recordings" / "copy-rules"
 SOURCE_DATA = {"insecure": "false", "mirror": "mirror.internal:5001"}
 HAND_MADE_DATA = {"mirror": "mirror.internal:5001"}
 
@@ -74,7 +73,7 @@ def state(local_kube: Any) -> dict[str, Any]:
 
 def test_recorded_session_leaves_exactly_the_copies_the_rules_ask_for(
         pipeline: Any, tmp_path: Path) -> None:
-    lk = pipeline.local_kube
+    lk = pipeline.cluster.local
     deletion = next(obj for change, obj in load_recording(RECORDINGS)
                     if change == "delete" and obj["metadata"]["name"] == "registry-config")
     before, after = split_recording(tmp_path, int(deletion["metadata"]["resourceVersion"]))
@@ -116,7 +115,7 @@ def test_recorded_session_leaves_exactly_the_copies_the_rules_ask_for(
 
 
 def test_replaying_the_recording_twice_leaves_the_cluster_as_once(pipeline: Any) -> None:
-    assert set(pipeline.replay(RECORDING)) <= {200, 202}
-    once = state(pipeline.local_kube)
-    assert set(pipeline.replay(RECORDING)) <= {200, 202}
-    assert state(pipeline.local_kube) == once
+    assert set(pipeline.replay(RECORDINGS)) <= {200, 202}
+    once = state(pipeline.cluster.local)
+    assert set(pipeline.replay(RECORDINGS)) <= {200, 202}
+    assert state(pipeline.cluster.local) == once

@@ -25,7 +25,7 @@ import yaml
 from demo.provider import RatesStandIn
 from eventop.kube import Kube
 from eventop.localkube import LocalKube
-from tests.support.processes import free_port
+from eventop.testing.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

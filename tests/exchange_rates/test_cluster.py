@@ -26,13 +26,13 @@ Obj = dict[str, Any]
 @pytest.fixture
 def namespace(cluster_pipeline: Any) -> Iterator[str]:
     name = f"eventop-test-rates-{uuid.uuid4().hex[:8]}"
-    cluster_pipeline.world_put({"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": name}})
+    cluster_pipeline.cluster.put({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": name}})
     try:
         yield name
     finally:
         with contextlib.suppress(KeyError, KubeError):
-            cluster_pipeline.world.delete("v1", "Namespace", name)
+            cluster_pipeline.cluster.world.delete("v1", "Namespace", name)
 
 
 def exchange_rate(name: str, namespace: str, currency: str, base: str | None = None) -> Obj:
@@ -44,7 +44,7 @@ def exchange_rate(name: str, namespace: str, currency: str, base: str | None = N
 
 
 def put_and_post(pipe: Any, obj: Obj, change: str = "add") -> Obj:
-    stored: Obj = pipe.world_put(obj)
+    stored: Obj = pipe.cluster.put(obj)
     assert pipe.post(change, stored) in (200, 202)
     return stored
 
@@ -55,31 +55,33 @@ def test_exchange_rate_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namesp
     put_and_post(pipe, exchange_rate("usd", namespace, "USD"))
     stored = put_and_post(pipe, exchange_rate("chf", namespace, "CHF"))
 
-    usd = pipe.kube.get("v1", "ConfigMap", "usd", namespace)
+    usd = pipe.cluster.kube.get("v1", "ConfigMap", "usd", namespace)
     assert usd["data"]["rate"] == "1.0812"
     assert usd["data"]["base"] == "EUR"  # the CRD's default, applied by the API server
-    chf = pipe.kube.get("v1", "ConfigMap", "chf", namespace)
+    chf = pipe.cluster.kube.get("v1", "ConfigMap", "chf", namespace)
     assert chf["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
-    status = pipe.kube.get(*ER, "usd", namespace)["status"]
+    status = pipe.cluster.kube.get(*ER, "usd", namespace)["status"]
     assert status["rate"] == "1.0812"
     assert status["observedGeneration"] == 1
 
     # switched to GBP: rewritten at once
     put_and_post(pipe, exchange_rate("chf", namespace, "GBP"), "update")
-    chf = pipe.kube.get("v1", "ConfigMap", "chf", namespace)
+    chf = pipe.cluster.kube.get("v1", "ConfigMap", "chf", namespace)
     assert (chf["data"]["currency"], chf["data"]["rate"]) == ("GBP", "0.8352")
 
     # a refresh with unchanged rates writes no ConfigMap
     rv = usd["metadata"]["resourceVersion"]
     assert pipe.post_event(REFRESH_TYPE) in (200, 202)
-    assert pipe.kube.get("v1", "ConfigMap", "usd", namespace)["metadata"]["resourceVersion"] == rv
+    usd = pipe.cluster.kube.get("v1", "ConfigMap", "usd", namespace)
+    assert usd["metadata"]["resourceVersion"] == rv
 
     # deleted: nothing left (the handler deletes it; the garbage collector would too)
-    last = pipe.kube.get(*ER, "chf", namespace)
-    pipe.world_remove(*ER, "chf", namespace)
+    last = pipe.cluster.kube.get(*ER, "chf", namespace)
+    pipe.cluster.remove(*ER, "chf", namespace)
     assert pipe.post("delete", last) in (200, 202)
-    pipe.wait_for(lambda: pipe.kube.get_or_none("v1", "ConfigMap", "chf", namespace) is None,
-                  what="ConfigMap chf gone")
+    pipe.cluster.wait_for(
+        lambda: pipe.cluster.kube.get_or_none("v1", "ConfigMap", "chf", namespace) is None,
+        what="ConfigMap chf gone")
 
 
 def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failure(
@@ -87,7 +89,7 @@ def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failur
     pipe = cluster_pipeline
     for name, currency, base in [("usd", "USD", None), ("gbp", "GBP", "EUR"),
                                  ("yen", "JPY", "USD")]:
-        pipe.world_put(exchange_rate(name, namespace, currency, base))
+        pipe.cluster.put(exchange_rate(name, namespace, currency, base))
     before = len(standin.requests)
     assert pipe.post_event(REFRESH_TYPE) in (200, 202)
     asked = standin.requests[before:]
@@ -95,16 +97,16 @@ def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failur
     bases = [base for base, _ in asked]
     assert len(bases) == len(set(bases))
     assert {"EUR", "USD"} <= set(bases)
-    cms = {n: pipe.kube.get("v1", "ConfigMap", n, namespace) for n in ("usd", "gbp", "yen")}
+    cms = {n: pipe.cluster.kube.get("v1", "ConfigMap", n, namespace) for n in ("usd", "gbp", "yen")}
     assert cms["yen"]["data"]["rate"] == "153.94"
 
     standin.fail(500)
     assert pipe.post_event(REFRESH_TYPE) in (200, 202)  # provider failures do not fail it
     for name, cm in cms.items():
-        assert pipe.kube.get("v1", "ConfigMap", name, namespace) == cm
-        ready = next(c for c in pipe.kube.get(*ER, name, namespace)["status"]["conditions"]
+        assert pipe.cluster.kube.get("v1", "ConfigMap", name, namespace) == cm
+        ready = next(c for c in pipe.cluster.kube.get(*ER, name, namespace)["status"]["conditions"]
                      if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "ProviderUnavailable")
-    events = [e for e in pipe.kube.list("v1", "Event", namespace)
+    events = [e for e in pipe.cluster.kube.list("v1", "Event", namespace)
               if e["involvedObject"]["name"] == "usd" and e["type"] == "Warning"]
     assert [e["reason"] for e in events] == ["ProviderUnavailable"]

@@ -19,9 +19,9 @@ import requests_mock as rm
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
+from eventop.testing import LocalCluster, replay
 from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
 from tests.exchange_rates.standin import RatesStandIn, answer
-from tests.support.pipeline import replay_recording, world_copy
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
@@ -57,11 +57,10 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
                       content=answer("EUR", "2026-11-20", **STANDIN_RATES["EUR"]))
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
-    replay_recording(
-        PATHS, put=lambda obj: local_kube.put(world_copy(obj)), remove=local_kube.remove,
-        deliver=lambda change, obj: assert_ok(
+    replay(
+        LocalCluster(local=local_kube), PATHS,
+        lambda change, obj: assert_ok(
             dispatch(registry, kube, Event.for_object(change, obj))),
-        settle=local_kube.wait_idle,
         after_each=lambda change, obj: check_after(change, obj, local_kube.get, seen))
 
     assert seen == {"exchange-rate-usd": ["USD=1.0812"],
@@ -81,8 +80,8 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
 
 def test_recorded_session_through_the_router_converges_and_replays_write_nothing_new(
         pipeline: Any, standin: RatesStandIn) -> None:
-    pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    get = pipeline.local_kube.get
+    pipeline.cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    get = pipeline.cluster.local.get
     seen: dict[str, list[str]] = {}
     statuses = pipeline.replay(PATHS, after_each=lambda change, obj: check_after(
         change, obj, get, seen))
@@ -97,7 +96,7 @@ def test_recorded_session_through_the_router_converges_and_replays_write_nothing
     statuses = pipeline.replay(PATHS)
     assert all(s in (200, 202) for s in statuses), statuses
     assert pipeline.post_event(REFRESH_TYPE) in (200, 202)
-    pipeline.settle()
+    pipeline.cluster.settle()
     assert rates_configmap(get, "exchange-rate-usd") == usd_before
     assert rates_configmap(get, "exchange-rate-chf") is None
     assert standin.requests[-1] == ("EUR", ["USD"])  # the refresh: one request for the base

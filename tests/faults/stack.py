@@ -28,7 +28,7 @@ import requests
 import yaml
 
 from eventop.kube import Kube
-from tests.support.processes import RouterProcess, WatcherProcess, free_port
+from eventop.testing.processes import RouterProcess, WatcherProcess, free_port
 from tests.support.sinkproxy import SinkProxy
 from tests.support.tcpproxy import TcpProxy
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
+from eventop.testing.waiting import wait_until
 from tests.faults.observer import Observer
 from tests.faults.stack import Cluster, Stack, converge, report
 from tests.faults.workload import Workload
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -17,10 +17,10 @@ import yaml
 
 from demo.provider import RatesStandIn
 from eventop.kube import Kube
+from eventop.testing.processes import RouterProcess, WatcherProcess
 from tests.faults.stack import QUIET, converge, samples
 from tests.faults.workload import Workload
 from tests.install.support import REPO, kubectl, render
-from tests.support.processes import RouterProcess, WatcherProcess
 
 pytestmark = pytest.mark.cluster
 KNATIVE_CRDS = REPO / "tests" / "install" / "schemas" / "knative"

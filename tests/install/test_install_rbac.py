@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from eventop.testing.waiting import wait_until
 from tests.install.rbac import (
     Access,
     KubeRecorder,
@@ -48,7 +49,6 @@ from tests.install.support import (
     pod_template,
     render,
 )
-from tests.support.waiting import wait_until
 
 pytestmark = needs_kubectl
 
@@ -146,15 +146,15 @@ class RouterScenarios:
         return self._answer(self.client.post("/", data=body, headers=headers))
 
     def put(self, obj: dict, change: str = "update") -> dict:
-        from tests.support.pipeline import world_copy
+        from eventop.testing import world_copy
 
         stored = self.local_kube.put(world_copy(obj))
         self.post(change, stored)
         return stored
 
     def replay(self, name: str) -> None:
+        from eventop.testing import world_copy
         from eventop.watcher.recording import load_initial, load_recording
-        from tests.support.pipeline import world_copy
 
         paths = [RECORDINGS / name]
         for obj in load_initial(paths):
@@ -336,7 +336,7 @@ class RouterScenarios:
         self.local_kube.remove("eventop.dev/v1", "ExchangeRate", "rbac-usd", "rbac-rates")
         if cm is not None and self.local_kube.get("v1", "ConfigMap", "rbac-usd",
                                                   "rbac-rates") is None:
-            from tests.support.pipeline import world_copy
+            from eventop.testing import world_copy
 
             self.local_kube.put(world_copy(cm))
         self.post("delete", current)

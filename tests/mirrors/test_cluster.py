@@ -39,14 +39,14 @@ def pipeline_env() -> dict[str, str]:
 
 def ensure_crd(pipe: Any) -> None:
     crd = yaml.safe_load((REPO / "crds" / "registrymirrors.yaml").read_text())
-    pipe.world.apply(crd)
+    pipe.cluster.world.apply(crd)
 
     def established() -> bool:
-        got = pipe.world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                             crd["metadata"]["name"])
+        got = pipe.cluster.world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                                     crd["metadata"]["name"])
         return any(c["type"] == "Established" and c["status"] == "True"
                    for c in (got.get("status") or {}).get("conditions") or [])
-    pipe.wait_for(established, what="CRD registrymirrors.eventop.dev Established")
+    pipe.cluster.wait_for(established, what="CRD registrymirrors.eventop.dev Established")
 
 
 @pytest.fixture
@@ -54,13 +54,13 @@ def namespace(cluster_pipeline: Any) -> Iterator[str]:
     ensure_crd(cluster_pipeline)
     name = f"eventop-test-mirrors-{uuid.uuid4().hex[:8]}"
     # the node proxy's hostPort is refused by Pod Security baseline/restricted
-    cluster_pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+    cluster_pipeline.cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": name, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
     try:
         yield name
     finally:
         with contextlib.suppress(KeyError, KubeError):
-            cluster_pipeline.world.delete("v1", "Namespace", name)
+            cluster_pipeline.cluster.world.delete("v1", "Namespace", name)
 
 
 def free_port() -> int:
@@ -74,14 +74,14 @@ def mirror(name: str, namespace: str, **spec: Any) -> Obj:
 
 
 def put_and_post(pipe: Any, obj: Obj, change: str = "add") -> Obj:
-    stored: Obj = pipe.world_put(obj)
+    stored: Obj = pipe.cluster.put(obj)
     assert pipe.post(change, stored) in (200, 202)
     return stored
 
 
 def owned(pipe: Any, name: str, namespace: str) -> dict[str, Obj | None]:
     names = Names.of(name)
-    get = pipe.kube.get_or_none
+    get = pipe.cluster.kube.get_or_none
     return {
         "pvc": get("v1", "PersistentVolumeClaim", names.pvc, namespace),
         "headless": get("v1", "Service", names.headless_service, namespace),
@@ -92,7 +92,7 @@ def owned(pipe: Any, name: str, namespace: str) -> dict[str, Obj | None]:
 
 
 def condition(pipe: Any, name: str, namespace: str, type_: str) -> Obj:
-    status = pipe.kube.get(*RM, name, namespace).get("status") or {}
+    status = pipe.cluster.kube.get(*RM, name, namespace).get("status") or {}
     return next(c for c in status.get("conditions") or [] if c["type"] == type_)
 
 
@@ -110,13 +110,13 @@ def test_mirror_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: st
     assert headless is not None and headless["spec"]["clusterIP"] == "None"
     service = objs["service"]
     assert service is not None and service["spec"]["clusterIP"] not in ("", "None")
-    status = pipe.kube.get(*RM, "hub", namespace)["status"]
+    status = pipe.cluster.kube.get(*RM, "hub", namespace)["status"]
     assert status["endpoint"] == f"localhost:{port}"
     assert status["observedGeneration"] == 1
     assert condition(pipe, "hub", namespace, "Degraded")["status"] == "False"
 
     # the workloads' own events refresh the status without errors
-    sts = pipe.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
+    sts = pipe.cluster.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
     assert pipe.post("update", sts) in (200, 202)
 
     # a second event changes nothing: the real API server treats the applies as no-ops
@@ -127,26 +127,26 @@ def test_mirror_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: st
         return {k: str((objs[k] or {})["metadata"]["resourceVersion"])
                 for k in ("headless", "service")}
     rvs = service_rvs()
-    assert pipe.post("update", pipe.kube.get(*RM, "hub", namespace)) in (200, 202)
+    assert pipe.post("update", pipe.cluster.kube.get(*RM, "hub", namespace)) in (200, 202)
     assert service_rvs() == rvs
 
     # grown: resized where the cluster can, else the server's refusal is in the condition
     grown = mirror("hub", namespace, hostPort=port, storage={"size": "2Gi"},
                    upstream="https://mirror.gcr.io")
     put_and_post(pipe, grown, "update")
-    pvc = pipe.kube.get("v1", "PersistentVolumeClaim", Names.of("hub").pvc, namespace)
+    pvc = pipe.cluster.kube.get("v1", "PersistentVolumeClaim", Names.of("hub").pvc, namespace)
     degraded = condition(pipe, "hub", namespace, "Degraded")
     if pvc["spec"]["resources"]["requests"]["storage"] != "2Gi":
         assert (degraded["status"], degraded["reason"]) == ("True", "ResizeRefused")
         assert "PersistentVolumeClaim" in degraded["message"]
-    sts = pipe.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
+    sts = pipe.cluster.kube.get("apps/v1", "StatefulSet", Names.of("hub").statefulset, namespace)
     env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0][
         "env"]}
     assert env["REGISTRY_PROXY_REMOTEURL"] == "https://mirror.gcr.io"
 
     # deleted: the garbage collector removes everything it owned
-    last = pipe.kube.get(*RM, "hub", namespace)
-    pipe.world_remove(*RM, "hub", namespace)
+    last = pipe.cluster.kube.get(*RM, "hub", namespace)
+    pipe.cluster.remove(*RM, "hub", namespace)
     assert pipe.post("delete", last) in (200, 202)
     # (the claim may linger as Terminating until its pod is gone: pvc-protection finalizer)
     def collected() -> bool:
@@ -154,7 +154,8 @@ def test_mirror_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: st
         pvc = left.pop("pvc")
         return all(v is None for v in left.values()) and (
             pvc is None or bool(pvc["metadata"].get("deletionTimestamp")))
-    pipe.wait_for(collected, timeout=120, what="objects of the deleted mirror garbage-collected")
+    pipe.cluster.wait_for(collected, timeout=120,
+                          what="objects of the deleted mirror garbage-collected")
 
 
 def test_host_port_conflict_and_missing_secret_on_a_real_cluster(
@@ -166,7 +167,7 @@ def test_host_port_conflict_and_missing_secret_on_a_real_cluster(
     degraded = condition(pipe, "second", namespace, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
     assert not any(owned(pipe, "second", namespace).values())
-    events = [e for e in pipe.kube.list("v1", "Event", namespace)
+    events = [e for e in pipe.cluster.kube.list("v1", "Event", namespace)
               if e["involvedObject"].get("name") == "second"]
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "HostPortConflict")]
 
@@ -175,10 +176,10 @@ def test_host_port_conflict_and_missing_secret_on_a_real_cluster(
                               credentialsSecretRef={"name": "nope"}))
     degraded = condition(pipe, "private", namespace, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "CredentialsSecretMissing")
-    secret = pipe.world_put({"apiVersion": "v1", "kind": "Secret", "type":
-                             "kubernetes.io/basic-auth",
-                             "metadata": {"name": "nope", "namespace": namespace},
-                             "stringData": {"username": "u", "password": "p"}})
+    secret = pipe.cluster.put({"apiVersion": "v1", "kind": "Secret", "type":
+                               "kubernetes.io/basic-auth",
+                               "metadata": {"name": "nope", "namespace": namespace},
+                               "stringData": {"username": "u", "password": "p"}})
     assert pipe.post("add", secret) in (200, 202)
     assert condition(pipe, "private", namespace, "Degraded")["status"] == "False"
     assert all(owned(pipe, "private", namespace).values())

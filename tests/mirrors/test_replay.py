@@ -23,7 +23,7 @@ from eventop import handlers
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import Names
 from eventop.handlers.registry import Registry
-from tests.support.pipeline import replay_recording, world_copy
+from eventop.testing import LocalCluster, replay
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_registrymirrors.list.json",
@@ -114,10 +114,9 @@ def test_recorded_session_in_process_leaves_each_mirrors_objects_and_status(
         registry: Registry, local_kube: Any, kube: Any) -> None:
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
-    replay_recording(
-        PATHS, put=lambda obj: local_kube.put(world_copy(obj)), remove=local_kube.remove,
-        deliver=lambda change, obj: dispatch_ok(registry, kube, Event.for_object(change, obj)),
-        settle=local_kube.wait_idle,
+    replay(
+        LocalCluster(local=local_kube), PATHS,
+        lambda change, obj: dispatch_ok(registry, kube, Event.for_object(change, obj)),
         after_each=lambda change, obj: check_after(local_kube, change, obj, seen))
     assert seen == EXPECTED_SEEN
     check_end_state(local_kube)
@@ -130,8 +129,8 @@ def pipeline_env() -> dict[str, str]:
 
 def test_recorded_session_through_the_router_converges_and_replays_rewrite_nothing(
         pipeline: Any) -> None:
-    pipeline.world_put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    local_kube = pipeline.local_kube
+    pipeline.cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    local_kube = pipeline.cluster.local
     seen: dict[str, list[str]] = {}
     statuses = pipeline.replay(PATHS, after_each=lambda change, obj: check_after(
         local_kube, change, obj, seen))

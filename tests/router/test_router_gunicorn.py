@@ -18,6 +18,8 @@ import pytest
 import requests
 
 from eventop.events import to_cloudevent, to_http
+from eventop.testing.processes import RouterProcess, free_port
+from eventop.testing.waiting import wait_until
 from eventop.watcher.recording import load_recording
 from tests.router.router_helpers import (
     FAIL_TYPE,
@@ -32,8 +34,6 @@ from tests.router.router_helpers import (
     structured,
 )
 from tests.support.apiserver import local_kube_server
-from tests.support.processes import RouterProcess, free_port
-from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = REPO / "tests" / "recordings"

@@ -8,6 +8,7 @@ import pytest
 import requests
 
 from eventop.events import to_cloudevent
+from eventop.testing.waiting import wait_until
 from eventop.watcher.delivery import (
     Backoff,
     Deliverer,
@@ -15,7 +16,6 @@ from eventop.watcher.delivery import (
     RetryPolicy,
     post,
 )
-from tests.support.waiting import wait_until
 
 # Quick retries; a read timeout long enough that a slow answer on a loaded machine is not
 # taken for a hanging sink (which would deliver the event twice).

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from eventop.kube import Kube
+from eventop.testing.processes import WatcherProcess
+from eventop.testing.waiting import wait_until
 from eventop.watcher.leader import LeaderElector
-from tests.support.processes import WatcherProcess
-from tests.support.waiting import wait_until
 
 # Short, for a quick suite, but with room for a loaded CI machine: the leader renews every
 # 0.1 s and only loses its lease if it stalls for 1.2 s (a candidate waits 2 s).

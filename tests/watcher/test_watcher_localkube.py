@@ -24,12 +24,12 @@ import requests
 
 from eventop.kube import Kube
 from eventop.kube.reflector import WatchSettings
+from eventop.testing.processes import WatcherProcess, free_port
+from eventop.testing.waiting import wait_until
 from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
 from eventop.watcher.recording import load_initial, load_recording
 from eventop.watcher.specs import ResourceSpec
 from eventop.watcher.watch import Watcher
-from tests.support.processes import WatcherProcess, free_port
-from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = "v1/configmaps@demo:test=watcher"

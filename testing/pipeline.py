@@ -34,8 +34,9 @@ class Pipeline:
     """The router (and optionally the watcher) for ``cluster``, running ``handlers``.
 
     ``handlers`` is ``EVENTOP_HANDLERS`` (module paths or ``.py`` files, comma-separated);
-    ``builtin`` is ``EVENTOP_BUILTIN_HANDLERS`` (default ``none``: only yours run);
-    ``resources`` is the watcher's ``EVENTOP_RESOURCES`` (default: its own default set);
+    ``builtin`` is ``EVENTOP_BUILTIN_HANDLERS`` (default ``none``: only yours run); both
+    processes get them, so the watcher watches every kind those handlers listen to;
+    ``resources`` is the watcher's ``EVENTOP_RESOURCES``, to watch something else;
     ``env`` is added to both processes' environment; ``cwd`` is where they run, first on
     their ``PYTHONPATH`` (default: the current directory).
     """
@@ -50,9 +51,8 @@ class Pipeline:
         common = {**cluster.env, "EVENTOP_LOG_FORMAT": "json", **(env or {})}
         token = common.get(TOKEN) or os.environ.get(TOKEN, "")
         self._auth = {"Authorization": f"Bearer {token.strip()}"} if token.strip() else {}
-        self.router = RouterProcess({**common, "EVENTOP_HANDLERS": handlers,
-                                     "EVENTOP_BUILTIN_HANDLERS": builtin},
-                                    workers=workers, log_dir=self.log_dir, cwd=cwd)
+        common.update({"EVENTOP_HANDLERS": handlers, "EVENTOP_BUILTIN_HANDLERS": builtin})
+        self.router = RouterProcess(common, workers=workers, log_dir=self.log_dir, cwd=cwd)
         self.watcher: WatcherProcess | None = None
         if watcher:
             watch_env = {"EVENTOP_RESYNC_SECONDS": "0", **common}  # no resync unless asked

@@ -5,7 +5,8 @@ Configure it in your ``pytest.ini`` / ``pyproject.toml`` (``[tool.pytest.ini_opt
 
     eventop_handlers = handlers.py          # EVENTOP_HANDLERS: modules or .py files
     eventop_crds = crds/                    # CRD files or folders to install
-    eventop_resources = example.com/v1/teams v1/configmaps   # what the watcher watches
+    eventop_resources = v1/secrets          # the watcher's resources, if not what
+                                            # your handlers listen to (the default)
 
 Fixtures (each per test):
 
@@ -44,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("eventop_crds", "eventop test kit: CRD files or folders to install",
                   type="paths", default=[])
     parser.addini("eventop_resources", "eventop test kit: what the watcher watches "
-                  "(EVENTOP_RESOURCES; default the watcher's own)", default="")
+                  "(EVENTOP_RESOURCES; default: every kind the handlers listen to)", default="")
 
 
 def _ini_path(config: pytest.Config, value: str) -> str:

@@ -58,16 +58,31 @@ def _granted(rules: list[dict]) -> set[tuple[str, str, str]]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
+def _plurals() -> dict[tuple[str, str], tuple[str, str]]:
+    """(apiVersion, kind) -> (group, plural): Kubernetes' kinds and the example's CRD."""
+    crd = yaml.safe_load((EXAMPLE / "crds" / "staticsites.yaml").read_text())["spec"]
+    plurals = {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
+    plurals[(f"{crd['group']}/{crd['versions'][0]['name']}", crd["names"]["kind"])] = \
+        (crd["group"], crd["names"]["plural"])
+    return plurals
+
+
+def _bound_to(binding: dict, account: str) -> None:
+    """The binding names eventop's ServiceAccount as eventop's manifests spell it."""
+    manifest = REPO / "deploy" / ("common/router-rbac.yaml" if account == "eventop-router"
+                                  else "watcher.yaml")
+    [sa] = [doc for doc in yaml.safe_load_all(manifest.read_text())
+            if doc and doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == account]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": sa["metadata"]["namespace"]}]
+
+
 def test_the_example_rbac_grants_the_router_what_the_engine_does_for_its_declared_kinds() -> None:
     """Every kind the controller declares is cached (list, watch); an owned one is created,
     read back after a 409, applied and pruned; the parent's status is patched and, for
-    blockOwnerDeletion, its finalizers updated. Bound to the ServiceAccount eventop's own
-    manifests give the router."""
-    role, binding = yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text())
-    crd = yaml.safe_load((EXAMPLE / "crds" / "staticsites.yaml").read_text())
-    plurals = {(r.api_version, r.kind): (r.group, r.plural) for r in BUILTIN}
-    plurals[(f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}",
-             crd["spec"]["names"]["kind"])] = (crd["spec"]["group"], crd["spec"]["names"]["plural"])
+    blockOwnerDeletion, its finalizers updated."""
+    role, binding, *_ = yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text())
+    plurals = _plurals()
     sites = _static_site_controller()
 
     def where(kind) -> tuple[str, str]:
@@ -81,9 +96,30 @@ def test_the_example_rbac_grants_the_router_what_the_engine_does_for_its_declare
     needed |= {(group, f"{plural}/status", "patch"), (group, f"{plural}/finalizers", "update")}
     assert _granted(role["rules"]) == needed
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    router_account = next(doc for doc in yaml.safe_load_all(
-        (REPO / "deploy" / "common" / "router-rbac.yaml").read_text())
-        if doc and doc["kind"] == "ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount",
-                                    "name": router_account["metadata"]["name"],
-                                    "namespace": router_account["metadata"]["namespace"]}]
+    _bound_to(binding, "eventop-router")
+
+
+def test_the_example_rbac_lets_the_watcher_watch_what_the_handler_listens_to() -> None:
+    """What ``python -m eventop.watcher resources`` derives from the handler (as the
+    watcher in the example's image does), list and watch, nothing more."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTOP_")}
+    proc = subprocess.run([sys.executable, "-m", "eventop.watcher", "resources"], cwd=EXAMPLE,
+                          env={**env, "EVENTOP_HANDLERS": "static_site.py",
+                               "EVENTOP_BUILTIN_HANDLERS": "none"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    by_kind = _plurals()
+    watched = set()
+    for line in proc.stdout.split("\n"):
+        resource = line.split()[0] if line.strip() else ""
+        if not resource:
+            continue
+        api_version, _, last = resource.rpartition("/")
+        group = api_version.rpartition("/")[0]
+        watched.add(by_kind[(api_version, last)] if last[:1].isupper() else (group, last))
+    assert len(watched) == 4  # the sites, ConfigMaps, Services, Deployments
+    *_, role, binding = yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text())
+    assert _granted(role["rules"]) == {(g, p, verb) for g, p in watched
+                                       for verb in ("list", "watch")}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    _bound_to(binding, "eventop-watcher")

@@ -214,9 +214,9 @@ def start_local(stack: contextlib.ExitStack, log_dir: str) -> tuple[LocalWorld, 
     stack.callback(local.close)
     print(f"  [1/5] local API server        {local.url}  (CRDs from crds/ installed)")
     rates = stack.enter_context(RatesStandIn())
-    print(f"  [2/5] rates provider stand-in {rates}  (set RATES_API_URL for real)")
+    print(f"  [2/5] rates provider stand-in {rates.url}  (set RATES_API_URL for real)")
     world = LocalWorld(local, Path(log_dir) / "kubeconfig")
-    return world, {"EVENTOP_KUBE_URL": local.url, "RATES_API_URL": rates}
+    return world, {"EVENTOP_KUBE_URL": local.url, "RATES_API_URL": rates.url}
 
 
 def _exited(process: RouterProcess | WatcherProcess) -> str | None:

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def rates_url() -> Iterator[str]:
-    with RatesStandIn() as url:
-        yield url
+    with RatesStandIn() as rates:
+        yield rates.url
 
 
 @pytest.fixture

@@ -91,7 +91,7 @@ def test_the_cluster_named_by_the_flag_is_used(tmp_path: Path) -> None:
     with LocalKube(crd_dir=str(REPO / "crds")) as cluster, RatesStandIn() as rates:
         config = kubeconfig_for(cluster.url, tmp_path / "kubeconfig")
         proc = run_demo("--cluster", "--kubeconfig", str(config), "--timeout", "120",
-                        env=demo_env(RATES_API_URL=rates))
+                        env=demo_env(RATES_API_URL=rates.url))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"against the cluster of {config} (--cluster)" in proc.stdout
         kube = Kube.connect(url=cluster.url)

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from demo.provider import RatesStandIn
 from eventop import handlers
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import FrankfurterClient
 from eventop.handlers.registry import Outcome, Registry
-from tests.exchange_rates.standin import RatesStandIn
 
 BASE_URL = "https://rates.test/v1"
 STANDIN_RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"},

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from demo.provider import RatesStandIn
 from eventop.events import REFRESH_TYPE
 from eventop.kube.errors import KubeError
-from tests.exchange_rates.standin import RatesStandIn
 
 pytestmark = pytest.mark.cluster
 

@@ -8,6 +8,7 @@ import pytest
 import requests
 import requests_mock as rm
 
+from demo.provider import answer
 from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import RefreshIncomplete
@@ -19,7 +20,6 @@ from tests.exchange_rates.conftest import (
     dispatch,
     exchange_rate,
 )
-from tests.exchange_rates.standin import answer
 
 pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import requests_mock as rm
 
+from demo.provider import RatesStandIn, answer
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
 from eventop.testing import LocalCluster, replay
 from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
-from tests.exchange_rates.standin import RatesStandIn, answer
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",

@@ -57,8 +57,8 @@ def controllable(cluster: Cluster) -> Cluster:
 
 @pytest.fixture(scope="session")
 def rates_url() -> Iterator[str]:
-    with RatesStandIn() as url:
-        yield url
+    with RatesStandIn() as rates:
+        yield rates.url
 
 
 @pytest.fixture

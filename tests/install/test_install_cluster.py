@@ -100,7 +100,7 @@ def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
     router = watcher = None
     with RatesStandIn() as rates:
         try:
-            router = RouterProcess({"KUBECONFIG": router_cfg, "RATES_API_URL": rates, **QUIET},
+            router = RouterProcess({"KUBECONFIG": router_cfg, "RATES_API_URL": rates.url, **QUIET},
                                    log_dir=str(tmp_path))
             watcher = WatcherProcess(router.url, {"KUBECONFIG": watcher_cfg, **QUIET},
                                      log_dir=str(tmp_path))

@@ -14,8 +14,9 @@ with it) and labelled with the standard ``app.kubernetes.io/*`` labels:
   every node listening on ``hostPort`` and forwarding to the ClusterIP Service, so container
   runtimes can pull from ``localhost:<hostPort>`` (which they treat as a plain-HTTP registry).
 
-Nothing here talks to the API server: the reconcile module decides *whether* to apply and
-feeds in what it learned (the PVC size to keep, the Secret's resourceVersion).
+Nothing here reads or decides: :mod:`.spec` says what the mirror asks for, :mod:`.desired`
+decides *whether* the objects are wanted and feeds in what it read (the PVC size to keep,
+the Secret's resourceVersion).
 """
 
 from __future__ import annotations
@@ -23,24 +24,15 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import urlsplit
 
+from eventop.handlers.mirrors.spec import MirrorSpec, parse_spec
 from eventop.kube import objects, owner_reference, standard_labels
 
 Obj = dict[str, Any]
 
-API_VERSION = "eventop.dev/v1"
-KIND = "RegistryMirror"
 APP_NAME = "registry-mirror"
 
-# Pinned defaults; ``spec.image.registry`` / ``spec.image.proxy`` override them.
-# distribution 3.0.0 is the first release with a configurable proxy TTL (``proxy.ttl``);
-# 2.8.x hard-codes seven days.
-REGISTRY_IMAGE = "docker.io/library/registry:3.0.0"
-# nginx built by nginx.org (stream module included), running as uid 101 out of the box.
-PROXY_IMAGE = "docker.io/nginxinc/nginx-unprivileged:1.28.0-alpine"
 PROXY_UID = 101
 REGISTRY_UID = 1000
 
@@ -54,35 +46,12 @@ PROXY_PORT = 8080
 STORAGE_ROOT = "/var/lib/registry"
 CACHE_VOLUME = "cache"
 
-DEFAULT_HOST_PORT = 5000
-DEFAULT_SIZE = "10Gi"
-# distribution's own default proxy TTL; written out explicitly so the object says what runs.
-DEFAULT_TTL = "168h"
-
 # Longest sanitised mirror name kept in object names. The tightest limit is the
 # StatefulSet: its pods carry ``controller-revision-hash=<sts name>-<10 chars>`` (a label
 # value, max 63), so the StatefulSet name must stay within 52; "mirror-" + 40 = 47.
 MAX_NAME_PART = 40
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX = {
-    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
-
-
-class SpecError(ValueError):
-    """The mirror's spec can not be turned into objects; ``reason`` is the condition reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 # -- names and labels ---------------------------------------------------------------
@@ -169,130 +138,6 @@ def _meta(mirror: Obj, name: str, component: str) -> Obj:
 
 
 # -- spec parsing ---------------------------------------------------------------------
-
-
-def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes resource quantity (``20Gi``, ``1.5G``, ``500M``) as a number of units."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise SpecError("InvalidStorageSize",
-                        f"storage size {value!r} is not a Kubernetes quantity such as 20Gi")
-    number, suffix = match.groups()
-    try:
-        base = Decimal(number)
-    except InvalidOperation as exc:
-        raise SpecError("InvalidStorageSize",
-                        f"storage size {value!r} is not a Kubernetes quantity such as 20Gi"
-                        ) from exc
-    if suffix and suffix[0] in "eE":
-        return base * (Decimal(10) ** int(suffix[1:]))
-    return base * _SUFFIX[suffix]
-
-
-def duration_is_zero(ttl: str) -> bool:
-    """Whether a Go duration string (``0``, ``0s``, ``168h``, ``1h30m``) is zero.
-
-    Raises :class:`SpecError` for anything ``time.ParseDuration`` would refuse, since the
-    registry would then refuse to start.
-    """
-    text = ttl.strip()
-    if text == "0":
-        return True
-    pos, total = 0, Decimal(0)
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += Decimal(match.group(1))
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise SpecError("InvalidTTL",
-                        f"ttl {ttl!r} is not a Go duration such as 168h, 30m or 0 (no expiry)")
-    return total == 0
-
-
-def validate_upstream(upstream: Any) -> str:
-    """Return the upstream URL as distribution wants it, or raise :class:`SpecError`.
-
-    distribution's proxy keeps only scheme and host of ``proxy.remoteurl`` (its URL
-    builder resolves the absolute ``/v2/...`` routes against it), so a path would be
-    silently dropped: refuse it rather than mirror the wrong thing. Credentials in the URL
-    would end up in the pod spec in clear text: they belong in ``credentialsSecretRef``.
-    """
-    if not isinstance(upstream, str) or not upstream.strip():
-        raise SpecError("InvalidUpstream",
-                        "spec.upstream is required: the registry URL to mirror, "
-                        "e.g. https://registry-1.docker.io")
-    try:
-        parts = urlsplit(upstream.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise SpecError("InvalidUpstream", f"spec.upstream {upstream!r} is not a URL: {exc}"
-                        ) from exc
-    if parts.scheme not in ("http", "https"):
-        raise SpecError("InvalidUpstream",
-                        f"spec.upstream {upstream!r} must start with https:// (or http://)")
-    if not parts.hostname or any(c in parts.hostname for c in " _"):
-        raise SpecError("InvalidUpstream", f"spec.upstream {upstream!r} has no valid host name")
-    if parts.username or parts.password:
-        raise SpecError("InvalidUpstream",
-                        "spec.upstream must not contain credentials; put them in a Secret with "
-                        "keys username and password and name it in spec.credentialsSecretRef")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise SpecError("InvalidUpstream",
-                        f"spec.upstream {upstream!r} has a path, query or fragment; the "
-                        "distribution registry only uses scheme and host (e.g. https://quay.io)")
-    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
-    if ":" in parts.hostname:  # IPv6 literal
-        netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
-    return f"{parts.scheme}://{netloc}"
-
-
-@dataclass(frozen=True)
-class MirrorSpec:
-    """A RegistryMirror's spec with defaults applied and every field checked."""
-
-    upstream: str
-    host_port: int
-    size: str
-    storage_class: str | None
-    credentials_secret: str | None
-    ttl: str
-    registry_image: str
-    proxy_image: str
-
-    @property
-    def expiry_enabled(self) -> bool:
-        return not duration_is_zero(self.ttl)
-
-
-def parse_spec(mirror: Obj) -> MirrorSpec:
-    """Apply the CRD's defaults and validate; raise :class:`SpecError` with a clear reason.
-
-    The API server validates the CRD schema too, but the handler does not rely on it: the
-    CRD may be an older version, and events are only hints.
-    """
-    spec = mirror.get("spec") or {}
-    upstream = validate_upstream(spec.get("upstream"))
-    host_port = spec.get("hostPort", DEFAULT_HOST_PORT)
-    if isinstance(host_port, bool) or not isinstance(host_port, int) or not (
-            1 <= host_port <= 65535):
-        raise SpecError("InvalidHostPort", f"spec.hostPort {host_port!r} must be 1..65535")
-    storage = spec.get("storage") or {}
-    size = str(storage.get("size") or DEFAULT_SIZE)
-    if parse_quantity(size) <= 0:
-        raise SpecError("InvalidStorageSize", f"storage size {size!r} must be positive")
-    ref = spec.get("credentialsSecretRef") or {}
-    secret = ref.get("name") or None
-    ttl = str(spec.get("ttl") if spec.get("ttl") is not None else DEFAULT_TTL)
-    duration_is_zero(ttl)  # validates
-    image = spec.get("image") or {}
-    return MirrorSpec(
-        upstream=upstream, host_port=host_port, size=size,
-        storage_class=storage.get("storageClassName") or None,
-        credentials_secret=secret, ttl=ttl,
-        registry_image=image.get("registry") or REGISTRY_IMAGE,
-        proxy_image=image.get("proxy") or PROXY_IMAGE,
-    )
 
 
 # -- the objects --------------------------------------------------------------------------

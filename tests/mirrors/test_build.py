@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventop.handlers.mirrors import build
-from eventop.handlers.mirrors.build import Names, SpecError
+from eventop.handlers.mirrors.build import Names
+from eventop.handlers.mirrors.spec import validate_upstream
 from eventop.kube import selector_matches
 
 Obj = dict[str, Any]
@@ -237,7 +238,7 @@ def test_registry_env_is_configuration_distribution_reads(any_mirror: Obj) -> No
     _, _, _, sts, _ = parts(any_mirror)
     env = env_of(sts)
     assert set(env) <= DISTRIBUTION_ENV, set(env) - DISTRIBUTION_ENV
-    assert env["REGISTRY_PROXY_REMOTEURL"]["value"] == build.validate_upstream(
+    assert env["REGISTRY_PROXY_REMOTEURL"]["value"] == validate_upstream(
         any_mirror["spec"]["upstream"])
     assert env["REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY"]["value"] == "/var/lib/registry"
     assert env["REGISTRY_HTTP_DEBUG_PROMETHEUS_ENABLED"]["value"] == "true"
@@ -341,51 +342,3 @@ def test_images_are_pinned_and_overridable() -> None:
     _, _, _, sts, ds = parts(m)
     assert container(sts)["image"].startswith("registry.example/registry:3.0.0@sha256:")
     assert container(ds)["image"] == "registry.example/nginx-unprivileged:1.28.0-alpine"
-
-
-# -- spec validation ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("upstream", "expected"), [
-    ("https://registry-1.docker.io", "https://registry-1.docker.io"),
-    ("https://quay.io/", "https://quay.io"),
-    ("http://registry.local:5000", "http://registry.local:5000"),
-    ("https://[fd00::1]:443", "https://[fd00::1]:443"),
-])
-def test_valid_upstreams_are_normalised(upstream: str, expected: str) -> None:
-    assert build.validate_upstream(upstream) == expected
-
-
-@pytest.mark.parametrize(("upstream", "hint"), [
-    ("registry-1.docker.io", "https://"),
-    ("ftp://quay.io", "https://"),
-    ("https://", "host"),
-    ("https://user:secret@quay.io", "credentialsSecretRef"),
-    ("https://quay.io/some/path", "path"),
-    ("https://quay.io:notaport", "not a URL"),
-    ("", "required"),
-])
-def test_invalid_upstreams_are_refused_with_a_hint(upstream: str, hint: str) -> None:
-    with pytest.raises(SpecError, match=hint) as info:
-        build.validate_upstream(upstream)
-    assert info.value.reason == "InvalidUpstream"
-
-
-@pytest.mark.parametrize(("spec", "reason"), [
-    ({"upstream": "https://quay.io", "ttl": "7d"}, "InvalidTTL"),
-    ({"upstream": "https://quay.io", "hostPort": 0}, "InvalidHostPort"),
-    ({"upstream": "https://quay.io", "hostPort": "5000"}, "InvalidHostPort"),
-    ({"upstream": "https://quay.io", "storage": {"size": "lots"}}, "InvalidStorageSize"),
-    ({"upstream": "https://quay.io", "storage": {"size": "0"}}, "InvalidStorageSize"),
-])
-def test_invalid_specs_name_the_field(spec: Obj, reason: str) -> None:
-    with pytest.raises(SpecError) as info:
-        build.parse_spec({"metadata": {"name": "x", "namespace": "y"}, "spec": spec})
-    assert info.value.reason == reason
-
-
-@pytest.mark.parametrize(("a", "b"), [("20Gi", "50Gi"), ("1G", "1Gi"), ("500Mi", "1Gi"),
-                                      ("1.5Gi", "2Gi"), ("1e9", "1Gi")])
-def test_quantities_compare_by_amount(a: str, b: str) -> None:
-    assert build.parse_quantity(a) < build.parse_quantity(b)
-    assert build.parse_quantity("1Gi") == build.parse_quantity("1024Mi")

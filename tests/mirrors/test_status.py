@@ -7,13 +7,9 @@ from typing import Any
 import pytest
 
 from eventop.handlers.mirrors import build
-from eventop.handlers.mirrors.reconcile import (
-    Problem,
-    compute_status,
-    foreign_objects,
-    host_port_conflict,
-    plan_pvc,
-)
+from eventop.handlers.mirrors.desired import foreign_objects, host_port_conflict, plan_pvc
+from eventop.handlers.mirrors.spec import parse_spec
+from eventop.handlers.mirrors.status import Problem, compute_status
 from eventop.kube.objects import status_changed
 
 Obj = dict[str, Any]
@@ -31,9 +27,9 @@ def mirror(name: str = "docker-hub", created: str = "2026-11-21T07:42:44Z", *,
 
 def workloads(m: Obj, *, ready_replicas: int = 1, desired: int | None = 3,
               ready: int = 3) -> tuple[Obj, Obj]:
-    sts = build.statefulset(m, build.parse_spec(m))
+    sts = build.statefulset(m, parse_spec(m))
     sts["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": ready_replicas}
-    ds = build.daemonset(m, build.parse_spec(m))
+    ds = build.daemonset(m, parse_spec(m))
     ds["status"] = {} if desired is None else {
         "observedGeneration": 1, "desiredNumberScheduled": desired, "numberReady": ready,
         "currentNumberScheduled": desired, "numberMisscheduled": 0}
@@ -80,14 +76,16 @@ def test_a_blocked_new_mirror_reports_the_block_in_both_conditions_and_no_endpoi
     assert status["endpoint"] is None and status["serviceURL"] is None
 
 
-def test_status_refresh_keeps_degraded_and_observed_generation() -> None:
+def test_workloads_becoming_ready_move_ready_and_leave_degraded_as_it_was() -> None:
+    """A workload's status change runs the whole (write-free) reconcile: the same problem
+    leaves Degraded untouched, lastTransitionTime included, while Ready moves."""
     m = mirror()
     sts, ds = workloads(m, ready_replicas=0)
     first = compute_status(m, sts, ds, problems=[Problem("ResizeRefused", "no")], now=NOW)
     m["status"] = first
-    m["metadata"]["generation"] = 4  # a spec change not reconciled yet
     sts, ds = workloads(m)
-    later = compute_status(m, sts, ds, problems=None, now="2026-11-21T09:00:00Z")
+    later = compute_status(m, sts, ds, problems=[Problem("ResizeRefused", "no")],
+                           now="2026-11-21T09:00:00Z")
     assert later["observedGeneration"] == 3
     assert cond(later, "Degraded") == cond(first, "Degraded")
     assert cond(later, "Ready")["status"] == "True"
@@ -133,19 +131,19 @@ def test_a_mirror_being_deleted_frees_its_host_port() -> None:
 
 
 def pvc_with(size: str, storage_class: str | None = "standard") -> Obj:
-    obj = build.pvc(mirror(), build.parse_spec(mirror()), size=size,
+    obj = build.pvc(mirror(), parse_spec(mirror()), size=size,
                     storage_class=storage_class)
     return obj
 
 
 def test_pvc_grows_on_a_bigger_size() -> None:
-    spec = build.parse_spec(mirror(storage={"size": "50Gi"}))
+    spec = parse_spec(mirror(storage={"size": "50Gi"}))
     size, cls, problems, resize = plan_pvc(pvc_with("20Gi"), spec)
     assert (size, cls, problems, resize) == ("50Gi", "standard", [], True)
 
 
 def test_pvc_never_shrinks_and_says_so() -> None:
-    spec = build.parse_spec(mirror(storage={"size": "10Gi"}))
+    spec = parse_spec(mirror(storage={"size": "10Gi"}))
     size, _, problems, resize = plan_pvc(pvc_with("20Gi"), spec)
     assert size == "20Gi" and not resize
     assert [p.reason for p in problems] == ["ShrinkRefused"]
@@ -153,12 +151,12 @@ def test_pvc_never_shrinks_and_says_so() -> None:
 
 
 def test_pvc_keeps_its_storage_class_and_its_spelling_of_the_same_size() -> None:
-    spec = build.parse_spec(mirror(storage={"size": "1Gi", "storageClassName": "fast"}))
+    spec = parse_spec(mirror(storage={"size": "1Gi", "storageClassName": "fast"}))
     size, cls, problems, resize = plan_pvc(pvc_with("1024Mi"), spec)
     assert (size, cls, resize) == ("1024Mi", "standard", False)
     assert [p.reason for p in problems] == ["StorageClassImmutable"]
     # no class asked for: keep the one the default StorageClass filled in
-    spec = build.parse_spec(mirror(storage={"size": "1Gi"}))
+    spec = parse_spec(mirror(storage={"size": "1Gi"}))
     assert plan_pvc(pvc_with("1Gi", "standard"), spec)[1] == "standard"
     assert plan_pvc(None, spec) == ("1Gi", None, [], False)
 

@@ -1,0 +1,267 @@
+"""What should exist for one RegistryMirror: a pure function of the mirror and the cache.
+
+The engine calls :func:`desired` with the mirror and its cached reads, and writes only the
+differences (creates with POST, server-side applies, status when it changed, Events with
+it). The decisions, in order, each of which stops the mirror short of writing anything
+(its objects stay as they were) and says why in ``Degraded``:
+
+1. an invalid spec (:mod:`.spec` raises the engine's ``SpecError``; the engine reports it);
+2. a **hostPort** another mirror claimed first: hostPorts are per node, so unique across
+   every mirror of the cluster. The earliest mirror (creationTimestamp, then
+   namespace/name) keeps a port; a mirror being deleted no longer holds one. A mirror held
+   back this way is reconciled again when the change of another mirror may free its port
+   (see the mapping in the package);
+3. a missing or incomplete **credentials Secret** (its data is only checked for the two
+   keys, never copied: the registry reads it through ``secretKeyRef``);
+4. an object at one of the mirror's names that eventop did not create for it (a user's
+   claim full of data, say): taking it over would have the garbage collector delete it
+   with the mirror. Objects labelled as this mirror's but owned by an earlier mirror of
+   the same name (deleted and created again before the garbage collector ran) are taken
+   over (the controller's ``adopts``).
+
+Otherwise the five objects of :mod:`.build` are wanted. A claim never shrinks and keeps its
+storage class (both immutable); a bigger size is a resize, which the API server may refuse
+(the claim is unbound, or its class does not expand): the refusal is the claim's failure
+only, the other objects still converge, and ``Degraded=ResizeRefused`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from eventop.engine import Child, Desired, Note, Outcome, Reads
+from eventop.handlers.mirrors import build
+from eventop.handlers.mirrors.build import Names
+from eventop.handlers.mirrors.spec import (
+    API_VERSION,
+    KIND,
+    MirrorSpec,
+    host_port_of,
+    parse_quantity,
+    parse_spec,
+)
+from eventop.handlers.mirrors.status import (
+    DEGRADED,
+    Problem,
+    compute_status,
+    transition_notes,
+)
+from eventop.kube import is_owned_by, now_rfc3339
+from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, get_condition
+
+Obj = dict[str, Any]
+
+MIRROR = f"{API_VERSION}/{KIND}"
+PVC = "v1/PersistentVolumeClaim"
+SERVICE = "v1/Service"
+STATEFULSET = "apps/v1/StatefulSet"
+DAEMONSET = "apps/v1/DaemonSet"
+SECRET = "v1/Secret"
+HOST_PORT_CONFLICT = "HostPortConflict"
+
+
+# -- the decisions, one by one ---------------------------------------------------------
+
+
+def _claim_key(mirror: Obj) -> tuple[str, str, str]:
+    meta = mirror["metadata"]
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""),
+            str(meta.get("name")))
+
+
+def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj]) -> Problem | None:
+    """The earliest mirror (creationTimestamp, then namespace/name) keeps a hostPort; any
+    later one claiming it is in conflict. Mirrors being deleted no longer hold a port."""
+    mine = _claim_key(mirror)
+    uid = mirror["metadata"].get("uid")
+    holders = sorted(
+        (m for m in mirrors
+         if m["metadata"].get("uid") != uid and not m["metadata"].get("deletionTimestamp")
+         and host_port_of(m) == port and _claim_key(m) < mine),
+        key=_claim_key)
+    if not holders:
+        return None
+    first = holders[0]["metadata"]
+    return Problem(HOST_PORT_CONFLICT,
+                   f"hostPort {port} is already used by RegistryMirror "
+                   f"{first.get('namespace')}/{first.get('name')}, created earlier; "
+                   "choose another spec.hostPort (nothing was created for this mirror)")
+
+
+def held_back_by_host_port(mirror: Obj) -> bool:
+    """Does the mirror's status say another mirror holds its hostPort?"""
+    cond = get_condition(mirror.get("status"), DEGRADED) or {}
+    return cond.get("status") == "True" and cond.get("reason") == HOST_PORT_CONFLICT
+
+
+def check_credentials(mirror: Obj, spec: MirrorSpec,
+                      secret: Obj | None) -> tuple[Problem | None, str | None]:
+    """(problem, the Secret's resourceVersion) for the Secret named in
+    ``credentialsSecretRef`` (``secret`` is what the cache holds at that name)."""
+    if not spec.credentials_secret:
+        return None, None
+    ns = mirror["metadata"]["namespace"]
+    if secret is None:
+        return Problem("CredentialsSecretMissing",
+                       f"Secret {ns}/{spec.credentials_secret} named in "
+                       "spec.credentialsSecretRef does not exist; create it with keys "
+                       "username and password"), None
+    keys = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+    missing = [k for k in ("username", "password") if k not in keys]
+    if missing:
+        return Problem("CredentialsSecretIncomplete",
+                       f"Secret {ns}/{spec.credentials_secret} lacks key(s) "
+                       f"{', '.join(missing)}; the registry needs username and password"), None
+    return None, str(secret["metadata"].get("resourceVersion") or "")
+
+
+def plan_pvc(existing: Obj | None, spec: MirrorSpec) -> tuple[str, str | None, list[Problem],
+                                                              bool]:
+    """(size to apply, storage class to apply, problems, whether this asks for a resize).
+
+    A claim never shrinks (the API server forbids it) and its storage class is immutable:
+    both keep their current value and the mirror says so, instead of a failing apply.
+    """
+    if existing is None:
+        return spec.size, spec.storage_class, [], False
+    name = existing["metadata"]["name"]
+    current = str(((existing.get("spec") or {}).get("resources") or {}).get(
+        "requests", {}).get("storage") or spec.size)
+    current_class = (existing.get("spec") or {}).get("storageClassName")
+    problems: list[Problem] = []
+    size, resize = spec.size, False
+    wanted, have = parse_quantity(spec.size), parse_quantity(current)
+    if wanted < have:
+        size = current
+        problems.append(Problem(
+            "ShrinkRefused",
+            f"PersistentVolumeClaim {name} is {current}; Kubernetes can not shrink a volume, "
+            f"so spec.storage.size {spec.size} is not applied (delete the claim to start over "
+            "with a smaller cache)"))
+    elif wanted > have:
+        resize = True
+    elif wanted == have:
+        size = current  # same amount, maybe spelled differently: keep the server's spelling
+    storage_class = spec.storage_class
+    if spec.storage_class and current_class and spec.storage_class != current_class:
+        storage_class = current_class
+        problems.append(Problem(
+            "StorageClassImmutable",
+            f"PersistentVolumeClaim {name} uses storage class {current_class}; a claim's "
+            f"class can not change, so {spec.storage_class} is not applied"))
+    elif not spec.storage_class:
+        storage_class = current_class  # keep what the default class filled in
+    return size, storage_class, problems, resize
+
+
+def made_for(mirror: Obj, obj: Obj) -> bool:
+    """Labelled as eventop's object for a mirror of this name (possibly an earlier one)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            and labels.get("app.kubernetes.io/instance") == build.label_value(
+                mirror["metadata"]["name"]))
+
+
+def foreign_objects(mirror: Obj, existing: list[Obj | None]) -> Problem | None:
+    """A blocking problem if an object with one of our names exists that eventop did not
+    create for this mirror (see the module docstring, decision 4)."""
+    foreign = [f"{obj.get('kind')} {obj['metadata']['name']}" for obj in existing
+               if obj is not None and not is_owned_by(obj, mirror["metadata"]["uid"])
+               and not made_for(mirror, obj)]
+    if not foreign:
+        return None
+    return Problem("NameConflict",
+                   f"{', '.join(foreign)} already exist(s) and were not created by eventop for "
+                   "this mirror; rename or remove them (nothing was changed)")
+
+
+def write_problems(outcome: Outcome, spec: MirrorSpec, resize: bool) -> list[Problem]:
+    """What the API server refused, or someone created at our names meanwhile."""
+    problems = []
+    for error in outcome.errors:
+        refusal = f"({error.status} {error.reason}): {error.message}"
+        if error.kind == "PersistentVolumeClaim" and resize:
+            problems.append(Problem("ResizeRefused", "the API server refused to resize "
+                                    f"PersistentVolumeClaim {error.name} to {spec.size} "
+                                    f"{refusal}"))
+        else:
+            problems.append(Problem("ApplyFailed", f"{error.kind} {error.name} was refused "
+                                                   f"{refusal}"))
+    if outcome.conflicts:
+        problems.append(Problem("NameConflict", ", ".join(
+            f"{c.kind} {c.name}" for c in outcome.conflicts) + " were created by someone "
+            "else meanwhile; rename or remove them (they were not changed)"))
+    return problems
+
+
+# -- the function the engine calls -----------------------------------------------------
+
+
+def desired(mirror: Obj, reads: Reads) -> Desired:
+    """The mirror's objects and status (see the module docstring)."""
+    spec = parse_spec(mirror)
+    ns = mirror["metadata"]["namespace"]
+    names = Names.of(mirror["metadata"]["name"])
+    existing = {
+        "pvc": reads.get(PVC, names.pvc, ns),
+        "headless": reads.get(SERVICE, names.headless_service, ns),
+        "service": reads.get(SERVICE, names.service, ns),
+        "sts": reads.get(STATEFULSET, names.statefulset, ns),
+        "ds": reads.get(DAEMONSET, names.daemonset, ns),
+    }
+    workloads = (_owned(existing["sts"], mirror), _owned(existing["ds"], mirror))
+    problem = host_port_conflict(mirror, spec.host_port, reads.list(MIRROR))
+    version = None
+    if problem is None:
+        secret = reads.get(SECRET, spec.credentials_secret, ns) \
+            if spec.credentials_secret else None
+        problem, version = check_credentials(mirror, spec, secret)
+    problem = problem or foreign_objects(mirror, list(existing.values()))
+    if problem is not None:
+        blocked = problem
+        return _reporting(mirror, [], prune=False, summary=f"held back: {blocked.reason}",
+                          problems=lambda _outcome: [blocked],
+                          workloads=lambda _outcome: workloads)
+    size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
+    objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,
+                                    credentials_version=version)
+    return _reporting(
+        mirror, [Child(obj, force=True) for obj in objects], prune=True,
+        problems=lambda outcome: problems + write_problems(outcome, spec, resize),
+        workloads=lambda outcome: (_in_place(outcome, "StatefulSet") or workloads[0],
+                                   _in_place(outcome, "DaemonSet") or workloads[1]))
+
+
+def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str | None = None,
+               problems: Callable[[Outcome], list[Problem]],
+               workloads: Callable[[Outcome], tuple[Obj | None, Obj | None]]) -> Desired:
+    """``children`` with the status and transition Events computed once from the Outcome
+    (``now`` only dates a condition that changes)."""
+    computed: dict[str, Obj] = {}
+
+    def status(outcome: Outcome) -> Obj:
+        if "status" not in computed:
+            sts, ds = workloads(outcome)
+            computed["status"] = compute_status(mirror, sts, ds, problems=problems(outcome),
+                                                now=now_rfc3339())
+        return computed["status"]
+
+    def events(outcome: Outcome) -> list[Note]:
+        return transition_notes(mirror.get("status") or {}, status(outcome))
+
+    meta = mirror["metadata"]
+    return Desired(children=children, status=status, events=events, prune=prune,
+                   summary=summary and f"RegistryMirror {meta['namespace']}/{meta['name']}: "
+                                       f"{summary}")
+
+
+def _owned(obj: Obj | None, mirror: Obj) -> Obj | None:
+    """The object if this very mirror (by uid) owns it, else None (not ours to report)."""
+    if obj is None or not is_owned_by(obj, mirror["metadata"]["uid"]):
+        return None
+    return obj
+
+
+def _in_place(outcome: Outcome, kind: str) -> Obj | None:
+    return next((o for o in outcome.in_place if o.get("kind") == kind), None)

@@ -1,34 +1,30 @@
 """ExchangeRate: keep a ConfigMap filled with a currency rate from Frankfurter (ECB data).
 
-Three handlers:
+One desired-state controller, ``exchange-rates`` (see ``docs/ENGINE.md``): for each
+ExchangeRate, :func:`exchange_rate` gets the provider's answer (the one piece of I/O, in
+:mod:`.fetch`: see there where and why) and hands it to the pure :func:`.desired.desired`,
+which says what the ConfigMap and status should be; the engine writes the differences.
+What starts a run:
 
-* an ExchangeRate was added or changed (Resource or Reference mode): read it from the API
-  server, and unless this generation is already fetched and written, fetch its rate and
-  write the ConfigMap at once;
+* the ExchangeRate changed (its own status writes excepted: the engine drops those echoes):
+  unless this generation is already fetched and written, its rate is fetched and written
+  at once;
+* its ConfigMap changed or was deleted (the engine maps an owned object to its owner):
+  restored, from the last answer if a refresh gave one moments ago, else fetched;
 * the scheduled refresh (``dev.eventop.exchangerates.refresh`` from the CronJob,
-  ``dev.knative.sources.ping`` from the PingSource): list every ExchangeRate in the cluster
-  and refresh them all with ONE provider request per base currency;
-* an ExchangeRate was deleted: its ConfigMap carries an ownerReference, so the garbage
-  collector removes it; the handler also deletes it itself (uid precondition, idempotent)
-  so nothing is left even where GC lags.
+  ``dev.knative.sources.ping`` from the PingSource): every ExchangeRate, with ONE provider
+  request per base currency.
 
-Provider failures never touch the ConfigMap (see :mod:`.reconcile`), are reported in status
-(``Ready=False`` with the reason, and a Warning Event) and never fail the event:
+Provider failures never touch the ConfigMap and never fail the event: they are reported in
+status (``Ready=False`` with the reason) and as a Warning Event. An outage the status
+already reports is no reason to ask the sender for redelivery (each retry would hold a
+delivery slot and a router thread for the provider's own retries); the next change of the
+object, and the next scheduled refresh, ask again. Kubernetes API failures do fail the run
+(retried with backoff; the event is answered 5xx).
 
-* add/update: an outage the status already reports is not a reason to ask the sender for
-  redelivery. Answering 5xx made our watcher (and a Knative Broker) retry the event with
-  backoff, each attempt holding a delivery slot and a router thread for the provider's own
-  retries, which stalled unrelated objects for minutes. A new ExchangeRate whose first
-  fetch failed is tried again by the next delivery of the object (the watcher's periodic
-  resync, every 5 minutes by default, sends it again and it is not converged) and by the
-  scheduled refresh, whichever comes first.
-* refresh: the schedule is the retry, and a redelivered refresh would repeat the requests
-  for the bases that did succeed.
-
-(Minimal change made with the reliability work, issue 11; when this handler moves onto the
-desired-state engine, the engine's requeue-after should replace the resync as the retry.)
-
-Kubernetes API failures always propagate (5xx): retrying those is what redelivery is for.
+A deleted ExchangeRate's ConfigMap carries an ownerReference, so the garbage collector
+removes it; :func:`exchange_rate_deleted` (an event function) also deletes it at once (uid
+precondition) so that nothing is left where the garbage collector lags.
 """
 
 from __future__ import annotations
@@ -36,23 +32,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from eventop.engine import Controller, Desired, Reads, SpecError
 from eventop.events import PING_TYPE, REFRESH_TYPE, kube_change_types
 from eventop.handlers.events import Event
-from eventop.handlers.exchange_rates import provider
-from eventop.handlers.exchange_rates.provider import ProviderError
-from eventop.handlers.exchange_rates.reconcile import (
+from eventop.handlers.exchange_rates import fetch
+from eventop.handlers.exchange_rates.desired import (
     API_VERSION,
+    CONFIGMAP,
+    EXCHANGE_RATE,
     KIND,
-    Result,
     base_of,
     check_spec,
-    converge,
     currency_of,
+    desired,
+    earlier_ones,
     is_converged,
 )
 from eventop.handlers.registry import Registry
-from eventop.kube import objects
-from eventop.kube.errors import KubeError, NotFound
+from eventop.kube import Kube, now_rfc3339, objects
 
 #: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
 registry = Registry()
@@ -61,35 +58,45 @@ log = logging.getLogger("eventop.exchange_rates")
 
 Obj = dict[str, Any]
 
+rates = Controller("exchange-rates", parent=EXCHANGE_RATE, owns=[CONFIGMAP],
+                   registry=registry,
+                   # A ConfigMap someone else owns is reported in status (ConfigMapConflict).
+                   conflict_events=False)
+rates.adopts(earlier_ones)
 
-class RefreshIncomplete(Exception):
-    """Some ExchangeRates could not be written (Kubernetes API errors); redeliver the refresh."""
+
+@rates.reconcile
+def exchange_rate(cr: Obj, reads: Reads) -> Desired:
+    """Fetch what this run needs (see :mod:`.fetch`), then the pure decision."""
+    check_spec(cr)
+    meta = cr["metadata"]
+    cm = reads.get(CONFIGMAP, meta["name"], meta["namespace"])
+    answers = fetch.answers()
+    answer = answers.recent(base_of(cr), currency_of(cr))
+    if answer is None and not is_converged(cr, cm):
+        answer = answers.fetch(base_of(cr), currency_of(cr))
+    return desired(cr, cm, answer, now_rfc3339())
 
 
-@registry.on(*kube_change_types("add", "update"), api_version=API_VERSION, kind=KIND)
-def reconcile_exchange_rate(event: Event, kube: Any) -> str:
-    """Fetch and write the rate of one ExchangeRate, read fresh from the API server."""
-    ref = event.ref
-    assert ref is not None  # the registry only routes events with a ref here
-    cr = kube.get_or_none(API_VERSION, KIND, ref.name, ref.namespace)
-    if cr is None:
-        return f"ExchangeRate {ref.namespace}/{ref.name} is gone; nothing to do"
-    if cr["metadata"].get("deletionTimestamp"):
-        return f"ExchangeRate {ref.namespace}/{ref.name} is being deleted; nothing to do"
-    if is_converged(kube, cr):
-        return (f"ExchangeRate {ref.namespace}/{ref.name} generation "
-                f"{cr['metadata'].get('generation')} already written; the refresh keeps it fresh")
-    outcome: provider.Quote | ProviderError | None = check_spec(cr)
-    if outcome is None:
+@rates.triggers(REFRESH_TYPE, PING_TYPE)
+def refresh(event: Event, reads: Reads) -> list[Obj]:
+    """Every ExchangeRate, after asking the provider once per base currency for them all."""
+    crs = [cr for cr in reads.list(EXCHANGE_RATE)
+           if not cr["metadata"].get("deletionTimestamp")]
+    wanted: dict[str, set[str]] = {}
+    for cr in crs:
         try:
-            outcome = provider.get_client().latest(base_of(cr), [currency_of(cr)])
-        except ProviderError as exc:
-            outcome = exc
-    return converge(kube, cr, outcome).detail
+            check_spec(cr)
+        except SpecError:
+            continue  # its run reports it, without asking the provider
+        wanted.setdefault(base_of(cr), set()).add(currency_of(cr))
+    fetch.answers().refresh(wanted)
+    log.info("refresh: %d ExchangeRate(s), %d provider request(s)", len(crs), len(wanted))
+    return crs
 
 
 @registry.on(*kube_change_types("delete"), api_version=API_VERSION, kind=KIND)
-def exchange_rate_deleted(event: Event, kube: Any) -> str:
+def exchange_rate_deleted(event: Event, kube: Kube) -> str:
     """Delete the ConfigMap of a deleted ExchangeRate, unless a new one of that name owns it.
 
     The garbage collector would do this too; doing it here makes the end state independent
@@ -115,56 +122,4 @@ def exchange_rate_deleted(event: Event, kube: Any) -> str:
     return f"ConfigMap {where} {'deleted' if deleted else 'already gone'}"
 
 
-@registry.on(REFRESH_TYPE, PING_TYPE)
-def refresh_exchange_rates(event: Event, kube: Any) -> str:
-    """Refresh every ExchangeRate in the cluster: one provider request per base currency."""
-    try:
-        listed = kube.list(API_VERSION, KIND)
-    except NotFound:
-        return ("the ExchangeRate CRD is not installed (kubectl apply -k crds/); "
-                "nothing to refresh")
-    crs = [cr for cr in listed if not cr["metadata"].get("deletionTimestamp")]
-    groups: dict[str, list[Obj]] = {}
-    results: list[Result] = []
-    errors: list[str] = []
-    for cr in crs:
-        invalid = check_spec(cr)
-        if invalid is not None:
-            _converge_one(kube, cr, invalid, results, errors)
-        else:
-            groups.setdefault(base_of(cr), []).append(cr)
-    client = provider.get_client()
-    deadline = client.clock() + client.refresh_budget  # one budget for all bases
-    for base, members in sorted(groups.items()):
-        outcome: provider.Quote | ProviderError
-        try:
-            outcome = client.latest(base, {currency_of(cr) for cr in members},
-                                    deadline=deadline)
-        except ProviderError as exc:
-            outcome = exc
-        for cr in members:
-            _converge_one(kube, cr, outcome, results, errors)
-    ok = sum(r.ok for r in results)
-    written = sum(r.wrote_configmap for r in results)
-    summary = (f"refreshed {len(crs)} ExchangeRate(s) with {len(groups)} provider request(s): "
-               f"{ok} ok, {len(results) - ok} failed, {written} ConfigMap(s) written")
-    if errors:
-        raise RefreshIncomplete(f"{summary}; Kubernetes API errors: {'; '.join(errors)}")
-    return summary
-
-
-def _converge_one(kube: Any, cr: Obj, outcome: provider.Quote | ProviderError,
-                  results: list[Result], errors: list[str]) -> None:
-    """Converge one CR of a refresh; an API error on one must not stop the others."""
-    meta = cr["metadata"]
-    try:
-        results.append(converge(kube, cr, outcome))
-    except NotFound:
-        log.info("ExchangeRate %s/%s deleted during the refresh", meta["namespace"],
-                 meta["name"])
-    except KubeError as exc:
-        errors.append(f"{meta['namespace']}/{meta['name']}: {exc}")
-
-
-__all__ = ["RefreshIncomplete", "exchange_rate_deleted", "reconcile_exchange_rate",
-           "refresh_exchange_rates"]
+__all__ = ["exchange_rate", "exchange_rate_deleted", "rates", "refresh", "registry"]

@@ -35,12 +35,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
 
+from eventop.kube import now_rfc3339
 from eventop.kube.backoff import retry_after
 
 log = logging.getLogger("eventop.exchange_rates.provider")
@@ -174,10 +174,6 @@ class _Cached:
     body: bytes
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _error_message(resp: requests.Response) -> str:
     """The provider's own explanation (Frankfurter answers ``{"message": ...}``)."""
     try:
@@ -273,10 +269,10 @@ class FrankfurterClient:
                     cached = self._cached(url)
                     if cached is not None:
                         log.debug("%s not modified (ETag %s)", url, cached.etag)
-                        return parse_answer(cached.body, base, self.source, _now())
+                        return parse_answer(cached.body, base, self.source, now_rfc3339())
                     last = "answered 304 Not Modified to a request we had no copy for"
                 elif 200 <= resp.status_code < 300:
-                    quote = parse_answer(resp.content, base, self.source, _now())
+                    quote = parse_answer(resp.content, base, self.source, now_rfc3339())
                     self._remember(url, resp)
                     return quote
                 elif resp.status_code == 429:

@@ -42,7 +42,7 @@ def rates_client(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> Frankf
         minute = next(minutes)
         return f"2026-11-21T{8 + minute // 60:02d}:{minute % 60:02d}:00Z"
 
-    monkeypatch.setattr(provider, "_now", tick)
+    monkeypatch.setattr(provider, "now_rfc3339", tick)
     return client
 
 

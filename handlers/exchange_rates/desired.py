@@ -1,0 +1,208 @@
+"""What should exist for one ExchangeRate, given the provider's answer: a pure function.
+
+The rules every path shares (an ExchangeRate changed; the scheduled refresh of them all):
+
+* the ConfigMap is written only when ``rate``, ``base``, ``currency``, ``date`` or ``source``
+  differ from what it holds, or our labels/ownerReference are missing. ``fetchedAt`` alone
+  never causes a write: it records when the values it sits next to were fetched, so
+  workloads that restart on ConfigMap changes restart only when the ECB publishes a new
+  rate, not every hour. It holds exactly those keys (written by replace, with a
+  resourceVersion precondition);
+* on a provider failure the ConfigMap is not touched at all (the last good rate stays, in
+  the ConfigMap and in status), status says ``Ready=False`` with the failure's reason, and
+  a Warning Event is posted at every failed attempt (its ``count`` says how many);
+* a ConfigMap of the same name that eventop does not manage is never written
+  (``ConfigMapConflict``); one an earlier ExchangeRate of this name left (deleted and created
+  again before the garbage collector ran) is taken over, its old controller reference
+  replaced by ours and other owners kept (see :func:`earlier_ones`);
+* status is merge-patched only when it changed. ``lastSuccessfulFetch`` moves with every
+  successful fetch (so on each refresh: a status write is cheap and restarts nothing).
+
+A spec no provider can answer (a rate of a currency against itself) raises the engine's
+``SpecError``: reported as ``Ready=False``/``InvalidSpec`` without asking the provider.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventop.engine import Child, Desired, Note, Outcome, SpecError
+from eventop.handlers.exchange_rates.provider import ProviderError, Quote
+from eventop.kube import objects
+
+Obj = dict[str, Any]
+
+API_VERSION = "eventop.dev/v1"
+KIND = "ExchangeRate"
+EXCHANGE_RATE = f"{API_VERSION}/{KIND}"
+CONFIGMAP = "v1/ConfigMap"
+DEFAULT_BASE = "EUR"
+#: The ConfigMap keys whose change is worth a write (``fetchedAt`` is not among them).
+VALUE_KEYS = ("rate", "base", "currency", "date", "source")
+LABELS_NAME = "exchange-rate"
+LABELS_COMPONENT = "rates"
+
+
+def base_of(cr: Obj) -> str:
+    """The base currency; the CRD defaults it to EUR, objects stored before that have none."""
+    return str((cr.get("spec") or {}).get("base") or DEFAULT_BASE)
+
+
+def currency_of(cr: Obj) -> str:
+    return str((cr.get("spec") or {}).get("currency") or "")
+
+
+def check_spec(cr: Obj) -> None:
+    """Raise :class:`SpecError` for what the CRD schema can not say: a rate of a currency
+    against itself is meaningless. (The schema already enforces the currency enum and the
+    base pattern on a real API server.)"""
+    base, currency = base_of(cr), currency_of(cr)
+    if not currency:
+        raise SpecError("spec.currency is missing; set it to one of CAD, CHF, GBP, JPY, PLN, "
+                        "USD")
+    if currency == base:
+        raise SpecError(f"spec.currency and spec.base are both {base}; a currency has no "
+                        f"exchange rate against itself, pick a different base")
+
+
+def configmap_for(cr: Obj, quote: Quote) -> Obj:
+    """The ConfigMap the ExchangeRate asks for, given the provider's answer (raises
+    :class:`~.provider.MalformedAnswer` if the answer lacks its currency)."""
+    meta = cr["metadata"]
+    currency = currency_of(cr)
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": meta["name"], "namespace": meta["namespace"],
+            "labels": objects.standard_labels(LABELS_NAME, meta["name"], LABELS_COMPONENT),
+            "ownerReferences": [objects.owner_reference(cr)],
+        },
+        "data": {
+            "rate": quote.rate(currency), "base": quote.base, "currency": currency,
+            "date": quote.date, "source": quote.source, "fetchedAt": quote.fetched_at,
+        },
+    }
+
+
+def earlier_ones(cr: Obj, cm: Obj) -> bool:
+    """Is ``cm`` the ConfigMap of an earlier ExchangeRate of this name (to take over)?"""
+    return any(ref.get("apiVersion", "").startswith("eventop.dev/") and ref.get("kind") == KIND
+               and ref.get("name") == cr["metadata"]["name"]
+               for ref in (cm.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def is_ours(cm: Obj, cr: Obj) -> bool:
+    """This ExchangeRate's ConfigMap (by uid), or an earlier one's of the same name."""
+    return objects.is_owned_by(cm, cr["metadata"]["uid"]) or earlier_ones(cr, cm)
+
+
+def same_values(existing: Obj, desired: Obj) -> bool:
+    """Only a changed value, or missing ownership/labels, is worth a write."""
+    data = existing.get("data") or {}
+    if any(data.get(k) != desired["data"][k] for k in VALUE_KEYS):
+        return False
+    meta = existing.get("metadata") or {}
+    if not objects.is_owned_by(existing, desired["metadata"]["ownerReferences"][0]["uid"]):
+        return False
+    labels = meta.get("labels") or {}
+    return all(labels.get(k) == v for k, v in desired["metadata"]["labels"].items())
+
+
+def is_converged(cr: Obj, cm: Obj | None) -> bool:
+    """Has this generation already been fetched and written, with the ConfigMap in place?
+
+    Then an ExchangeRate event needs no provider request: our own status writes come back
+    as update events, and a restarted watcher re-sends "add" for every ExchangeRate.
+    Keeping the rate fresh is the scheduled refresh's job.
+    """
+    meta, status = cr["metadata"], cr.get("status") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False
+    ready = objects.get_condition(status, "Ready")
+    if ready is None or ready.get("status") != "True":
+        return False
+    if cm is None or not objects.is_owned_by(cm, meta["uid"]):
+        return False
+    data = cm.get("data") or {}
+    return (data.get("base") == base_of(cr) and data.get("currency") == currency_of(cr)
+            and data.get("rate") == status.get("rate"))
+
+
+def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: str) -> Desired:
+    """The ConfigMap and status for ``cr``, whose ConfigMap is ``cm`` (as cached), given the
+    provider's ``answer`` (None: nothing new to write, the ExchangeRate is converged)."""
+    if answer is None:
+        return Desired(prune=False, summary=f"ExchangeRate {_name(cr)} generation "
+                       f"{cr['metadata'].get('generation')} already written; the refresh "
+                       "keeps it fresh")
+    if isinstance(answer, ProviderError):
+        return failed(cr, answer.reason, answer.message, now)
+    try:
+        wanted = configmap_for(cr, answer)
+    except ProviderError as exc:  # the answer lacks this currency
+        return failed(cr, exc.reason, exc.message, now)
+    if cm is not None and not is_ours(cm, cr):
+        return failed(cr, "ConfigMapConflict", _taken(cr), now)
+    data = wanted["data"]
+    message = f"1 {data['base']} = {data['rate']} {data['currency']} on {data['date']}"
+    meta = cr["metadata"]
+    ok = {
+        "rate": data["rate"], "date": data["date"],
+        "lastSuccessfulFetch": answer.fetched_at,
+        "observedGeneration": meta.get("generation"),
+        "conditions": objects.set_condition(
+            (cr.get("status") or {}).get("conditions"), "Ready", True, "RateFetched",
+            message, answer.fetched_at, meta.get("generation")),
+    }
+
+    def problem(outcome: Outcome) -> tuple[str, str] | None:
+        if outcome.conflicts:  # someone made one at the name after the cache saw none
+            return "ConfigMapConflict", _taken(cr)
+        if outcome.errors:
+            return "ConfigMapRefused", f"the API server refused {outcome.errors[0]}"
+        return None
+
+    def status(outcome: Outcome) -> Obj:
+        found = problem(outcome)
+        return ok if found is None else failed_status(cr, *found, now)
+
+    def events(outcome: Outcome) -> list[Note]:
+        found = problem(outcome)
+        return [] if found is None else [failure_note(*found)]
+
+    return Desired([Child(wanted, mode="replace", matches=same_values)], status=status,
+                   events=events, summary=f"ExchangeRate {_name(cr)}: {message}")
+
+
+def failed(cr: Obj, reason: str, message: str, now: str) -> Desired:
+    """A failure reported on the ExchangeRate; its ConfigMap is not touched."""
+    return Desired(prune=False, status=failed_status(cr, reason, message, now),
+                   events=[failure_note(reason, message)],
+                   summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
+
+
+def failed_status(cr: Obj, reason: str, message: str, now: str) -> Obj:
+    """``Ready=False`` with the reason; the last good ``rate``, ``date`` and
+    ``lastSuccessfulFetch`` stay in status (a merge patch leaves them)."""
+    meta = cr["metadata"]
+    return {
+        "observedGeneration": meta.get("generation"),
+        "conditions": objects.set_condition(
+            (cr.get("status") or {}).get("conditions"), "Ready", False, reason, message, now,
+            meta.get("generation")),
+    }
+
+
+def failure_note(reason: str, message: str) -> Note:
+    """A Warning at every failed attempt (not only when the status changes): the Event's
+    count tells how many refreshes in a row failed."""
+    return Note("Warning", reason, message, every_run=True)
+
+
+def _taken(cr: Obj) -> str:
+    return (f"ConfigMap {_name(cr)} exists and is not managed by this ExchangeRate; eventop "
+            "leaves it alone: delete or rename it to let eventop manage it")
+
+
+def _name(cr: Obj) -> str:
+    return f"{cr['metadata']['namespace']}/{cr['metadata']['name']}"

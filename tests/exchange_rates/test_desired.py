@@ -1,0 +1,327 @@
+"""The ExchangeRate controller on the engine's in-memory World, requests-mock as provider:
+what a rate's ConfigMap and status become, and how many provider requests that costs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests_mock as rm
+
+from eventop.engine.testing import World
+from eventop.events import PING_TYPE, REFRESH_TYPE
+from eventop.handlers.events import Event
+from eventop.handlers.exchange_rates import rates
+from tests.exchange_rates.conftest import BASE_URL, NAMESPACE, exchange_rate
+from tests.exchange_rates.standin import answer
+
+pytestmark = pytest.mark.usefixtures("rates_client")
+
+ER = "eventop.dev/v1/ExchangeRate"
+Obj = dict[str, Any]
+
+
+def base_url(base: str) -> str:
+    return f"{BASE_URL}/latest?from={base}"
+
+
+def configmap(world: World, name: str, namespace: str = NAMESPACE) -> Obj | None:
+    return world.get("v1/ConfigMap", name, namespace)
+
+
+def cr(world: World, name: str) -> Obj:
+    found: Obj = world.get(ER, name, NAMESPACE)
+    return found
+
+
+def ready(world: World, name: str) -> Obj:
+    return next(c for c in cr(world, name)["status"]["conditions"] if c["type"] == "Ready")
+
+
+def warnings(world: World, name: str) -> list[str]:
+    return [n.reason for who, n in world.events if who == name and n.type == "Warning"]
+
+
+def configmap_writes(world: World) -> list[tuple[str, str, str, str]]:
+    return [w for w in world.writes if w[1] == "ConfigMap"]
+
+
+def added(world: World, obj: Obj) -> Obj:
+    stored = world.put(obj)
+    world.changed(rates, stored)
+    return stored
+
+
+def refresh(world: World, type_: str = REFRESH_TYPE) -> None:
+    world.triggered(rates, Event.simple(type_))
+
+
+# -- one ExchangeRate added or changed ---------------------------------------------------------
+
+def test_added_exchange_rate_gets_an_owned_configmap_with_the_exact_rate(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    world = World()
+    stored = added(world, exchange_rate("exchange-rate-usd", "USD"))
+    cm = configmap(world, "exchange-rate-usd")
+    assert cm is not None
+    assert cm["data"] == {"rate": "1.08120", "base": "EUR", "currency": "USD",
+                          "date": "2026-11-20", "source": BASE_URL,
+                          "fetchedAt": cm["data"]["fetchedAt"]}
+    assert cm["data"]["fetchedAt"].startswith("2026-11-21T")
+    (owner,) = cm["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["kind"], owner["controller"]) == (
+        stored["metadata"]["uid"], "ExchangeRate", True)
+    assert cm["metadata"]["labels"]["app.kubernetes.io/instance"] == "exchange-rate-usd"
+    assert requests_mock.last_request.qs == {"from": ["eur"], "to": ["usd"]}
+    status = cr(world, "exchange-rate-usd")["status"]
+    assert (status["rate"], status["date"]) == ("1.08120", "2026-11-20")
+    assert status["lastSuccessfulFetch"] == cm["data"]["fetchedAt"]
+    assert status["observedGeneration"] == 1
+    assert ready(world, "exchange-rate-usd")["status"] == "True"
+    assert world.writes == [("create", "ConfigMap", NAMESPACE, "exchange-rate-usd"),
+                            ("status", "ExchangeRate", NAMESPACE, "exchange-rate-usd")]
+
+
+def test_a_converged_exchange_rate_costs_no_provider_request(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    writes = len(world.writes)
+    world.changed(rates, cr(world, "er"))  # its own status write, or a restarted watcher
+    assert requests_mock.call_count == 1
+    assert len(world.writes) == writes
+
+
+def test_spec_change_fetches_and_rewrites_at_once(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), [
+        {"content": answer("EUR", "2026-11-20", CHF="0.9391")},
+        {"content": answer("EUR", "2026-11-20", GBP="0.8352")},
+    ])
+    world = World()
+    stored = added(world, exchange_rate("er", "CHF"))
+    world.changed(rates, world.put({**stored, "spec": {"currency": "GBP", "base": "EUR"},
+                                    "metadata": {**stored["metadata"], "generation": 2}}))
+    cm = configmap(world, "er")
+    assert cm is not None and (cm["data"]["currency"], cm["data"]["rate"]) == ("GBP", "0.8352")
+    status = cr(world, "er")["status"]
+    assert (status["observedGeneration"], status["rate"]) == (2, "0.8352")
+
+
+def test_a_configmap_deleted_by_hand_is_restored(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    cm = configmap(world, "er")
+    world.delete("v1/ConfigMap", "er", NAMESPACE)
+    assert [str(r.key) for r in world.changed(rates, cm)] == [f"{NAMESPACE}/er"]
+    assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+
+
+def test_same_base_and_currency_is_reported_without_asking_the_provider(
+        requests_mock: rm.Mocker) -> None:
+    world = World()
+    added(world, exchange_rate("er", "USD", base="USD"))
+    assert requests_mock.call_count == 0
+    assert configmap(world, "er") is None
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidSpec")
+    assert "pick a different base" in condition["message"]
+    assert warnings(world, "er") == ["InvalidSpec"]
+
+
+def test_an_unavailable_provider_is_reported_and_the_next_change_asks_again(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=503)
+    world = World()
+    stored = added(world, exchange_rate("er", "USD"))
+    assert ready(world, "er")["reason"] == "ProviderUnavailable"
+    assert configmap(world, "er") is None
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world.changed(rates, stored)
+    assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+    assert ready(world, "er")["status"] == "True"
+
+
+def test_a_foreign_configmap_of_the_same_name_is_left_alone(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    foreign = world.put({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "er", "namespace": NAMESPACE},
+                         "data": {"rate": "42"}})
+    added(world, exchange_rate("er", "USD"))
+    assert configmap(world, "er") == foreign
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("False", "ConfigMapConflict")
+    assert warnings(world, "er") == ["ConfigMapConflict"]
+    assert configmap_writes(world) == []
+
+
+def test_a_configmap_made_by_someone_while_the_rate_was_fetched_is_never_merged_into(
+        requests_mock: rm.Mocker) -> None:
+    """The function read no ConfigMap; one appears before the engine writes: a conflict,
+    reported, and the object left exactly as its maker wrote it."""
+    world = World()
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "er", "namespace": NAMESPACE}, "data": {"mine": "yes"}}
+
+    def someone_creates_it_meanwhile(request: Any, context: Any) -> bytes:
+        world.put(theirs)
+        return answer("EUR", "2026-11-20", USD="1.08120")
+    requests_mock.get(base_url("EUR"), content=someone_creates_it_meanwhile)
+    added(world, exchange_rate("er", "USD"))
+    cm = configmap(world, "er")
+    assert cm is not None and cm["data"] == {"mine": "yes"}
+    assert not cm["metadata"].get("ownerReferences")
+    assert ready(world, "er")["reason"] == "ConfigMapConflict"
+    assert configmap_writes(world) == []
+
+
+def test_the_configmap_of_an_earlier_exchange_rate_of_that_name_is_taken_over(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    keeper = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keeper", "uid": "u-keeper"}
+    world = World([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "exchange-rate-usd", "namespace": NAMESPACE,
+        "ownerReferences": [keeper, {
+            "apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "exchange-rate-usd",
+            "uid": "u-earlier", "controller": True, "blockOwnerDeletion": True}]},
+        "data": {"rate": "0.5"}}])
+    stored = added(world, exchange_rate("exchange-rate-usd", "USD"))
+    cm = configmap(world, "exchange-rate-usd")
+    assert cm is not None and cm["data"]["rate"] == "1.08120"
+    assert [(r["name"], r["uid"]) for r in cm["metadata"]["ownerReferences"]] == [
+        ("keeper", "u-keeper"), ("exchange-rate-usd", stored["metadata"]["uid"])]
+    assert ready(world, "exchange-rate-usd")["status"] == "True"
+
+
+# -- the scheduled refresh ---------------------------------------------------------------------
+
+def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(
+        requests_mock: rm.Mocker) -> None:
+    wanted = [("usd", "USD", None, NAMESPACE), ("gbp", "GBP", "EUR", NAMESPACE),
+              ("chf", "CHF", None, "treasury"), ("usd", "USD", "EUR", "treasury"),
+              ("yen", "JPY", "USD", NAMESPACE), ("cad", "CAD", "USD", "treasury")]
+    world = World([exchange_rate(name, currency, base, namespace=ns)
+                   for name, currency, base, ns in wanted])
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
+                                                      GBP="0.8352", CHF="0.9391"))
+    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94",
+                                                      CAD="1.3985"))
+    refresh(world)
+    assert requests_mock.call_count == 2
+    asked = sorted((r.qs["from"][0], r.qs["to"][0]) for r in requests_mock.request_history)
+    assert asked == [("eur", "chf,gbp,usd"), ("usd", "cad,jpy")]
+    rates_now = {(ns, name): configmap(world, name, ns)["data"]["rate"]  # type: ignore[index]
+                 for name, _, _, ns in wanted}
+    assert rates_now == {(NAMESPACE, "usd"): "1.0812", (NAMESPACE, "gbp"): "0.8352",
+                         ("treasury", "chf"): "0.9391", ("treasury", "usd"): "1.0812",
+                         (NAMESPACE, "yen"): "153.94", ("treasury", "cad"): "1.3985"}
+
+
+def test_ping_from_knative_refreshes_like_the_cronjob(requests_mock: rm.Mocker) -> None:
+    world = World([exchange_rate("er", "PLN")])
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", PLN="4.2735"))
+    refresh(world, PING_TYPE)
+    assert configmap(world, "er")["data"]["rate"] == "4.2735"  # type: ignore[index]
+
+
+def test_an_unchanged_rate_causes_no_configmap_write_but_status_records_the_fetch(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    before, status_before = configmap(world, "er"), cr(world, "er")["status"]
+    refresh(world)
+    refresh(world)
+    assert requests_mock.call_count == 3
+    assert configmap(world, "er") == before  # fetchedAt did not move it either
+    assert len(configmap_writes(world)) == 1
+    status = cr(world, "er")["status"]
+    assert status["lastSuccessfulFetch"] > status_before["lastSuccessfulFetch"]
+    assert ready(world, "er")["lastTransitionTime"] == next(
+        c for c in status_before["conditions"] if c["type"] == "Ready")["lastTransitionTime"]
+
+
+def test_a_new_rate_or_date_is_written(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-24", USD="1.0799"))
+    refresh(world)
+    cm = configmap(world, "er")
+    assert cm is not None and (cm["data"]["date"], cm["data"]["rate"]) == ("2026-11-24",
+                                                                          "1.0799")
+    assert cr(world, "er")["status"]["rate"] == "1.0799"
+    assert len(configmap_writes(world)) == 2
+
+
+def test_a_failed_refresh_leaves_the_configmap_and_counts_a_warning_per_attempt(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    before, good = configmap(world, "er"), cr(world, "er")["status"]
+    requests_mock.get(base_url("EUR"), status_code=404, json={"message": "not found"})
+    refresh(world)
+    status_writes = len(world.writes)
+    refresh(world)
+    assert len(world.writes) == status_writes, "the same failure rewrites no status"
+    assert configmap(world, "er") == before
+    status = cr(world, "er")["status"]
+    assert (status["rate"], status["lastSuccessfulFetch"]) == (good["rate"],
+                                                               good["lastSuccessfulFetch"])
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("False", "ProviderRejected")
+    assert warnings(world, "er") == ["ProviderRejected", "ProviderRejected"]
+    assert requests_mock.call_count == 3
+
+
+def test_a_refresh_failure_of_one_base_does_not_stop_the_other(requests_mock: rm.Mocker) -> None:
+    world = World([exchange_rate("eur-usd", "USD"), exchange_rate("usd-jpy", "JPY", base="USD")])
+    requests_mock.get(base_url("EUR"), status_code=500)
+    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
+    refresh(world)
+    assert configmap(world, "eur-usd") is None
+    assert ready(world, "eur-usd")["reason"] == "ProviderUnavailable"
+    assert configmap(world, "usd-jpy")["data"]["rate"] == "153.94"  # type: ignore[index]
+
+
+def test_a_refresh_answer_without_a_currency_fails_only_that_rate_with_one_request(
+        requests_mock: rm.Mocker) -> None:
+    world = World([exchange_rate("usd", "USD"), exchange_rate("cad", "CAD")])
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    refresh(world)
+    assert requests_mock.call_count == 1
+    assert configmap(world, "usd")["data"]["rate"] == "1.0812"  # type: ignore[index]
+    assert configmap(world, "cad") is None
+    condition = ready(world, "cad")
+    assert condition["reason"] == "MalformedAnswer"
+    assert "without a rate for CAD" in condition["message"]
+
+
+def test_a_refresh_reports_invalid_specs_and_asks_only_for_the_valid(
+        requests_mock: rm.Mocker) -> None:
+    world = World([exchange_rate("usd", "USD"), exchange_rate("same", "USD", base="USD")])
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    refresh(world)
+    assert [(r.qs["from"][0], r.qs["to"][0]) for r in requests_mock.request_history] == [
+        ("eur", "usd")]
+    assert ready(world, "same")["reason"] == "InvalidSpec"
+
+
+def test_a_refresh_with_no_exchange_rates_asks_nothing(requests_mock: rm.Mocker) -> None:
+    refresh(World())
+    assert requests_mock.call_count == 0
+
+
+def test_a_name_longer_than_a_label_value_still_gets_its_configmap(
+        requests_mock: rm.Mocker) -> None:
+    name = "exchange-rate-" + "usd-" * 20 + "x"
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    world = World()
+    added(world, exchange_rate(name, "USD"))
+    cm = configmap(world, name)
+    assert cm is not None and cm["data"]["rate"] == "1.08120"
+    instance = cm["metadata"]["labels"]["app.kubernetes.io/instance"]
+    assert len(instance) <= 63 and instance.startswith("exchange-rate-usd-")

@@ -53,23 +53,18 @@ def host_port_of(mirror: Obj) -> Any:
     return (mirror.get("spec") or {}).get("hostPort", DEFAULT_HOST_PORT)
 
 
-def _invalid(reason: str, message: str) -> SpecError:
-    return SpecError(message, reason=reason)
-
-
 def parse_quantity(value: str) -> Decimal:
     """A Kubernetes resource quantity (``20Gi``, ``1.5G``, ``500M``) as a number of units."""
     match = _QUANTITY.match(str(value).strip())
     if not match:
-        raise _invalid("InvalidStorageSize",
-                       f"storage size {value!r} is not a Kubernetes quantity such as 20Gi")
+        raise SpecError(f"storage size {value!r} is not a Kubernetes quantity such as 20Gi",
+                        reason="InvalidStorageSize")
     number, suffix = match.groups()
     try:
         base = Decimal(number)
     except InvalidOperation as exc:
-        raise _invalid("InvalidStorageSize",
-                       f"storage size {value!r} is not a Kubernetes quantity such as 20Gi"
-                       ) from exc
+        raise SpecError(f"storage size {value!r} is not a Kubernetes quantity such as 20Gi",
+                        reason="InvalidStorageSize") from exc
     if suffix and suffix[0] in "eE":
         return base * (Decimal(10) ** int(suffix[1:]))
     return base * _SUFFIX[suffix]
@@ -91,8 +86,8 @@ def duration_is_zero(ttl: str) -> bool:
         total += Decimal(match.group(1))
         pos = match.end()
     if pos != len(text) or not text:
-        raise _invalid("InvalidTTL",
-                       f"ttl {ttl!r} is not a Go duration such as 168h, 30m or 0 (no expiry)")
+        raise SpecError(f"ttl {ttl!r} is not a Go duration such as 168h, 30m or 0 (no expiry)",
+                        reason="InvalidTTL")
     return total == 0
 
 
@@ -105,28 +100,28 @@ def validate_upstream(upstream: Any) -> str:
     would end up in the pod spec in clear text: they belong in ``credentialsSecretRef``.
     """
     if not isinstance(upstream, str) or not upstream.strip():
-        raise _invalid("InvalidUpstream",
-                       "spec.upstream is required: the registry URL to mirror, "
-                       "e.g. https://registry-1.docker.io")
+        raise SpecError("spec.upstream is required: the registry URL to mirror, "
+                        "e.g. https://registry-1.docker.io", reason="InvalidUpstream")
     try:
         parts = urlsplit(upstream.strip())
         port = parts.port
     except ValueError as exc:
-        raise _invalid("InvalidUpstream", f"spec.upstream {upstream!r} is not a URL: {exc}"
-                       ) from exc
+        raise SpecError(f"spec.upstream {upstream!r} is not a URL: {exc}",
+                        reason="InvalidUpstream") from exc
     if parts.scheme not in ("http", "https"):
-        raise _invalid("InvalidUpstream",
-                       f"spec.upstream {upstream!r} must start with https:// (or http://)")
+        raise SpecError(f"spec.upstream {upstream!r} must start with https:// (or http://)",
+                        reason="InvalidUpstream")
     if not parts.hostname or any(c in parts.hostname for c in " _"):
-        raise _invalid("InvalidUpstream", f"spec.upstream {upstream!r} has no valid host name")
+        raise SpecError(f"spec.upstream {upstream!r} has no valid host name",
+                        reason="InvalidUpstream")
     if parts.username or parts.password:
-        raise _invalid("InvalidUpstream",
-                       "spec.upstream must not contain credentials; put them in a Secret with "
-                       "keys username and password and name it in spec.credentialsSecretRef")
+        raise SpecError("spec.upstream must not contain credentials; put them in a Secret with "
+                        "keys username and password and name it in spec.credentialsSecretRef",
+                        reason="InvalidUpstream")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise _invalid("InvalidUpstream",
-                       f"spec.upstream {upstream!r} has a path, query or fragment; the "
-                       "distribution registry only uses scheme and host (e.g. https://quay.io)")
+        raise SpecError(f"spec.upstream {upstream!r} has a path, query or fragment; the "
+                        "distribution registry only uses scheme and host (e.g. https://quay.io)",
+                        reason="InvalidUpstream")
     netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
     if ":" in parts.hostname:  # IPv6 literal
         netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
@@ -162,11 +157,12 @@ def parse_spec(mirror: Obj) -> MirrorSpec:
     host_port = host_port_of(mirror)
     if isinstance(host_port, bool) or not isinstance(host_port, int) or not (
             1 <= host_port <= 65535):
-        raise _invalid("InvalidHostPort", f"spec.hostPort {host_port!r} must be 1..65535")
+        raise SpecError(f"spec.hostPort {host_port!r} must be 1..65535",
+                        reason="InvalidHostPort")
     storage = spec.get("storage") or {}
     size = str(storage.get("size") or DEFAULT_SIZE)
     if parse_quantity(size) <= 0:
-        raise _invalid("InvalidStorageSize", f"storage size {size!r} must be positive")
+        raise SpecError(f"storage size {size!r} must be positive", reason="InvalidStorageSize")
     ref = spec.get("credentialsSecretRef") or {}
     secret = ref.get("name") or None
     ttl = str(spec.get("ttl") if spec.get("ttl") is not None else DEFAULT_TTL)

@@ -6,9 +6,10 @@ what the status is; the engine writes the differences. What starts a run of a mi
 
 * the mirror itself changed; a deleted mirror needs nothing (every object carries an
   ownerReference, so the garbage collector removes them);
-* one of its objects changed (the engine maps an owned object to its owner): a
-  StatefulSet's or DaemonSet's status written by its controller recomputes ``Ready``
-  (without a write when nothing else changed); a deleted workload is created again;
+* one of its objects changed (the engine maps an owned object to its owner; a workload
+  deleted and seen in Reference mode, a bare reference, by its name): a StatefulSet's or
+  DaemonSet's status written by its controller recomputes ``Ready`` (without a write when
+  nothing else changed); a deleted workload is created again;
 * a Secret named in a mirror's ``credentialsSecretRef`` changed, so creating a missing
   Secret, or rotating credentials, takes effect without touching the mirror;
 * another mirror changed (deleted, or moved to another hostPort): every mirror held back by
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventop.engine import Controller, Kind, Reads
+from eventop.handlers.mirrors.build import Names
 from eventop.handlers.mirrors.desired import (
     DAEMONSET,
     MIRROR,
@@ -66,6 +68,21 @@ def mirrors_using(secret: Obj, reads: Reads) -> list[Obj]:
     return [m for m in reads.list(MIRROR, meta.get("namespace"))
             if ((m.get("spec") or {}).get("credentialsSecretRef") or {}).get("name")
             == meta["name"]]
+
+
+@mirrors.maps(STATEFULSET, selector=MANAGED)
+@mirrors.maps(DAEMONSET, selector=MANAGED)
+def mirror_of_workload_name(workload: Obj, reads: Reads) -> list[Obj]:
+    """The mirror whose workload has this name, for a workload without owners: one deleted,
+    seen in Reference mode as a bare reference (an owned one maps to its owner by its
+    ownerReference)."""
+    meta = workload["metadata"]
+    if meta.get("ownerReferences"):
+        return []
+    kind, name = workload.get("kind"), meta["name"]
+    return [m for m in reads.list(MIRROR, meta.get("namespace"))
+            if name == (Names.of(m["metadata"]["name"]).statefulset if kind == "StatefulSet"
+                        else Names.of(m["metadata"]["name"]).daemonset)]
 
 
 @mirrors.maps(MIRROR)

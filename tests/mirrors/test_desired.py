@@ -328,3 +328,14 @@ def test_secrets_no_mirror_names_start_no_run() -> None:
                        "stringData": {"username": "u", "password": "p"}})
     assert world.changed(mirrors, other) == []
     assert status(world, "internal") == {}
+
+
+def test_a_workload_gone_as_a_bare_reference_is_found_by_its_name() -> None:
+    world = World([new_mirror("quay", hostPort=5002)])
+    world.converge(mirrors)
+    ds_name = Names.of("quay").daemonset
+    world.delete("apps/v1/DaemonSet", ds_name, NS)
+    reference = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                 "metadata": {"name": ds_name, "namespace": NS}}
+    assert [str(r.key) for r in world.changed(mirrors, reference)] == [f"{NS}/quay"]
+    assert world.get("apps/v1/DaemonSet", ds_name, NS) is not None

@@ -10,10 +10,12 @@ import pytest
 
 from demo.provider import RatesStandIn
 from eventop import handlers
+from eventop.engine.runtime import Engine
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import FrankfurterClient
 from eventop.handlers.registry import Outcome, Registry
+from tests.support.engine import deliver, running_engine, wait_cached
 
 BASE_URL = "https://rates.test/v1"
 STANDIN_RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"},
@@ -81,11 +83,33 @@ def exchange_rate(name: str, currency: str, base: str | None = None,
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-def dispatch(registry: Registry, kube: Any, event: Event) -> list[Outcome]:
-    """Dispatch and insist some handler wanted the event."""
-    outcomes = registry.dispatch(event, kube)
+class Router:
+    """What the router does with an event, in this process: the ExchangeRate event
+    functions run at once, the controller's runs go through the engine (its cache fed by a
+    list+watch of the local API server) and are waited for."""
+
+    def __init__(self, registry: Registry, kube: Any, engine: Engine) -> None:
+        self.registry, self.kube, self.engine = registry, kube, engine
+
+
+@pytest.fixture
+def router(registry: Registry, kube: Any) -> Iterator[Router]:
+    with running_engine(kube, registry) as engine:
+        yield Router(registry, kube, engine)
+
+
+def dispatch(router: Router, event: Event) -> list[Outcome]:
+    """Deliver and insist some handler took the event."""
+    outcomes = deliver(router.engine, event, router.registry, router.kube)
     assert outcomes, f"no handler took {event.type}"
     return outcomes
+
+
+def put_cached(router: Router, local_kube: Any, obj: Obj) -> Obj:
+    """Create an object, and wait until the engine's cache has it (a refresh reads it)."""
+    stored: Obj = local_kube.put(obj)
+    wait_cached(router.engine, stored)
+    return stored
 
 
 def assert_ok(outcomes: list[Outcome]) -> None:

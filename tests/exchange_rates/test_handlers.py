@@ -9,17 +9,20 @@ import requests
 import requests_mock as rm
 
 from demo.provider import answer
+from eventop import handlers
 from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
-from eventop.handlers.exchange_rates import RefreshIncomplete
-from eventop.handlers.registry import Registry
+from eventop.kube import Kube
 from tests.exchange_rates.conftest import (
     BASE_URL,
     NAMESPACE,
+    Router,
     assert_ok,
     dispatch,
     exchange_rate,
+    put_cached,
 )
+from tests.support.engine import deliver, running_engine
 
 pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 
@@ -57,22 +60,23 @@ def configmap_writes(local_kube: Any) -> list[tuple[str, str]]:
             if "/configmaps" in r[1] and r[0] in ("POST", "PUT", "PATCH", "DELETE")]
 
 
-def add(registry: Registry, kube: Any, local_kube: Any, obj: Obj) -> Obj:
+def add(router: Router, local_kube: Any, obj: Obj) -> Obj:
     stored: Obj = local_kube.put(obj)
-    assert_ok(dispatch(registry, kube, Event.for_object("add", stored)))
+    assert_ok(dispatch(router, Event.for_object("add", stored)))
     return stored
 
 
-def refresh(registry: Registry, kube: Any, type_: str = REFRESH_TYPE) -> None:
-    assert_ok(dispatch(registry, kube, Event.simple(type_)))
+def refresh(router: Router, type_: str = REFRESH_TYPE) -> None:
+    """A scheduled refresh: one run per ExchangeRate (none without any), none failing."""
+    assert_ok(deliver(router.engine, Event.simple(type_), router.registry, router.kube))
 
 
 # -- one ExchangeRate added or changed ---------------------------------------------------------
 
 def test_added_exchange_rate_gets_an_owned_configmap_with_the_exact_rate(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
-    stored = add(registry, kube, local_kube, exchange_rate("exchange-rate-usd", "USD"))
+    stored = add(router, local_kube, exchange_rate("exchange-rate-usd", "USD"))
 
     cm = configmap(local_kube, "exchange-rate-usd")
     assert cm is not None
@@ -99,13 +103,13 @@ def test_added_exchange_rate_gets_an_owned_configmap_with_the_exact_rate(
 
 
 def test_reference_mode_event_reads_the_object_itself(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
     stored = local_kube.put(exchange_rate("yen", "JPY", base="USD"))
     ref = {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "yen",
            "namespace": NAMESPACE, "uid": stored["metadata"]["uid"]}
     event = Event(id="1", type="dev.knative.apiserver.ref.add", source="test", data=ref)
-    assert_ok(dispatch(registry, kube, event))
+    assert_ok(dispatch(router, event))
     cm = configmap(local_kube, "yen")
     assert cm is not None
     assert (cm["data"]["base"], cm["data"]["currency"], cm["data"]["rate"]) == \
@@ -113,19 +117,19 @@ def test_reference_mode_event_reads_the_object_itself(
 
 
 def test_event_body_is_only_a_hint_the_spec_is_read_from_the_api_server(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", GBP="0.8352"))
     stored = local_kube.put(exchange_rate("er", "GBP"))
     forged = {**stored, "spec": {"currency": "JPY", "base": "USD"}}
-    assert_ok(dispatch(registry, kube, Event.for_object("update", forged)))
+    assert_ok(dispatch(router, Event.for_object("update", forged)))
     assert configmap(local_kube, "er")["data"]["currency"] == "GBP"  # type: ignore[index]
 
 
 def test_event_for_a_deleted_exchange_rate_does_nothing(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     stored = local_kube.put(exchange_rate("er", "USD"))
     local_kube.remove(*ER, "er", NAMESPACE)
-    outcomes = dispatch(registry, kube, Event.for_object("add", stored))
+    outcomes = dispatch(router, Event.for_object("add", stored))
     assert_ok(outcomes)
     assert "gone" in outcomes[0].detail
     assert requests_mock.call_count == 0
@@ -133,27 +137,31 @@ def test_event_for_a_deleted_exchange_rate_does_nothing(
 
 
 def test_own_status_write_coming_back_as_update_costs_no_provider_request(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     assert requests_mock.call_count == 1
     after_status_write = cr(local_kube, "er")
-    outcomes = dispatch(registry, kube, Event.for_object("update", after_status_write))
+    outcomes = dispatch(router, Event.for_object("update", after_status_write))
+    assert_ok(outcomes)
+    assert outcomes[0].detail == "echo of its own write"  # the engine knows its own write
+    # the same object again, as a restarted watcher's "add": converged, nothing asked
+    outcomes = dispatch(router, Event.for_object("add", after_status_write))
     assert_ok(outcomes)
     assert "already written" in outcomes[0].detail
     assert requests_mock.call_count == 1
 
 
 def test_spec_change_fetches_and_rewrites_at_once(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), [
         {"content": answer("EUR", "2026-11-20", CHF="0.9391")},
         {"content": answer("EUR", "2026-11-20", GBP="0.8352")},
     ])
-    stored = add(registry, kube, local_kube, exchange_rate("er", "CHF"))
+    stored = add(router, local_kube, exchange_rate("er", "CHF"))
     changed = local_kube.put({**stored, "spec": {"currency": "GBP", "base": "EUR"}})
     assert changed["metadata"]["generation"] > stored["metadata"]["generation"]
-    assert_ok(dispatch(registry, kube, Event.for_object("update", changed)))
+    assert_ok(dispatch(router, Event.for_object("update", changed)))
     cm = configmap(local_kube, "er")
     assert cm is not None
     assert (cm["data"]["currency"], cm["data"]["rate"]) == ("GBP", "0.8352")
@@ -163,17 +171,18 @@ def test_spec_change_fetches_and_rewrites_at_once(
 
 
 def test_deleted_configmap_is_restored_on_the_next_event(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
+    last_state = configmap(local_kube, "er")
     local_kube.remove("v1", "ConfigMap", "er", NAMESPACE)
-    assert_ok(dispatch(registry, kube, Event.for_object("update", cr(local_kube, "er"))))
+    assert_ok(dispatch(router, Event.for_object("delete", last_state)))  # type: ignore[arg-type]
     assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
 
 
 def test_same_base_and_currency_is_reported_without_asking_the_provider(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    add(registry, kube, local_kube, exchange_rate("er", "USD", base="USD"))
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    add(router, local_kube, exchange_rate("er", "USD", base="USD"))
     assert requests_mock.call_count == 0
     assert configmap(local_kube, "er") is None
     condition = ready(cr(local_kube, "er"))
@@ -183,9 +192,9 @@ def test_same_base_and_currency_is_reported_without_asking_the_provider(
 
 
 def test_unsupported_base_is_a_clear_condition(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("XYZ"), status_code=404, json={"message": "not found"})
-    add(registry, kube, local_kube, exchange_rate("er", "USD", base="XYZ"))
+    add(router, local_kube, exchange_rate("er", "USD", base="XYZ"))
     condition = ready(cr(local_kube, "er"))
     assert (condition["status"], condition["reason"]) == ("False", "ProviderRejected")
     assert "answered 404: not found" in condition["message"]
@@ -194,62 +203,62 @@ def test_unsupported_base_is_a_clear_condition(
 
 
 def test_unavailable_provider_is_reported_in_status_without_asking_for_redelivery(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     """A 5xx answer would make the sender retry the event, holding a delivery slot and a
     router thread per attempt: the outage is in status, that is enough."""
     requests_mock.get(base_url("EUR"), status_code=503)
     stored = local_kube.put(exchange_rate("er", "USD"))
-    assert_ok(dispatch(registry, kube, Event.for_object("add", stored)))
+    assert_ok(dispatch(router, Event.for_object("add", stored)))
     assert ready(cr(local_kube, "er"))["reason"] == "ProviderUnavailable"
     assert configmap(local_kube, "er") is None
     # the next delivery of the object (a resync) once the provider is back: converges
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    assert_ok(dispatch(registry, kube, Event.for_object("add", stored)))
+    assert_ok(dispatch(router, Event.for_object("add", stored)))
     assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert ready(cr(local_kube, "er"))["status"] == "True"
 
 
 def test_rejected_question_does_not_fail_the_event(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), status_code=422, json={"message": "bad currency pair"})
     stored = local_kube.put(exchange_rate("er", "USD"))
-    assert_ok(dispatch(registry, kube, Event.for_object("add", stored)))
+    assert_ok(dispatch(router, Event.for_object("add", stored)))
     assert ready(cr(local_kube, "er"))["reason"] == "ProviderRejected"
 
 
 def test_foreign_configmap_of_the_same_name_is_left_alone(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
     foreign = local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "er", "namespace": NAMESPACE},
                               "data": {"rate": "42"}})
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     assert configmap(local_kube, "er") == foreign
     condition = ready(cr(local_kube, "er"))
     assert (condition["status"], condition["reason"]) == ("False", "ConfigMapConflict")
     # and deleting the ExchangeRate does not delete somebody else's ConfigMap
     gone = cr(local_kube, "er")
     local_kube.remove(*ER, "er", NAMESPACE)
-    assert_ok(dispatch(registry, kube, Event.for_object("delete", gone)))
+    assert_ok(dispatch(router, Event.for_object("delete", gone)))
     assert configmap(local_kube, "er") == foreign
 
 
 def test_delete_leaves_nothing_and_is_idempotent(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     last_state = cr(local_kube, "er")
     local_kube.remove(*ER, "er", NAMESPACE)
     for _ in range(2):
-        assert_ok(dispatch(registry, kube, Event.for_object("delete", last_state)))
+        assert_ok(dispatch(router, Event.for_object("delete", last_state)))
         assert configmap(local_kube, "er") is None
 
 
 def test_delete_handler_removes_the_configmap_even_before_gc(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     """Where the garbage collector lags, the delete event itself cleans up."""
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    stored = add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    stored = add(router, local_kube, exchange_rate("er", "USD"))
     cm = configmap(local_kube, "er")
     assert cm is not None
     local_kube.remove(*ER, "er", NAMESPACE)
@@ -258,7 +267,7 @@ def test_delete_handler_removes_the_configmap_even_before_gc(
         orphan["metadata"] = {k: v for k, v in cm["metadata"].items()
                               if k in ("name", "namespace", "labels", "ownerReferences")}
         local_kube.put(orphan)
-    assert_ok(dispatch(registry, kube, Event.for_object("delete", stored)))
+    assert_ok(dispatch(router, Event.for_object("delete", stored)))
     assert configmap(local_kube, "er") is None
 
 
@@ -286,16 +295,16 @@ REASONS = {
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_provider_failure_leaves_the_configmap_byte_for_byte(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker,
+        router: Router, local_kube: Any, requests_mock: rm.Mocker,
         failure: str) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     before = configmap(local_kube, "er")
     good_status = cr(local_kube, "er")["status"]
     writes_before = configmap_writes(local_kube)
 
     requests_mock.get(base_url("EUR"), **FAILURES[failure])  # type: ignore[arg-type]
-    refresh(registry, kube)  # provider failures never fail a refresh
+    refresh(router)  # provider failures never fail a refresh
 
     assert configmap(local_kube, "er") == before  # whole object, resourceVersion included
     assert configmap_writes(local_kube) == writes_before
@@ -310,12 +319,12 @@ def test_provider_failure_leaves_the_configmap_byte_for_byte(
 
 
 def test_repeated_failure_does_not_rewrite_status_but_counts_the_event(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), status_code=404, json={"message": "not found"})
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     first = cr(local_kube, "er")
-    refresh(registry, kube)
-    refresh(registry, kube)
+    refresh(router)
+    refresh(router)
     assert cr(local_kube, "er")["metadata"]["resourceVersion"] == \
         first["metadata"]["resourceVersion"]
     (event,) = warnings(local_kube, "er")
@@ -325,18 +334,18 @@ def test_repeated_failure_does_not_rewrite_status_but_counts_the_event(
 # -- the scheduled refresh ---------------------------------------------------------------------
 
 def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "treasury"}})
     wanted = [("usd", "USD", None, NAMESPACE), ("gbp", "GBP", "EUR", NAMESPACE),
               ("chf", "CHF", None, "treasury"), ("usd", "USD", "EUR", "treasury"),
               ("yen", "JPY", "USD", NAMESPACE), ("cad", "CAD", "USD", "treasury")]
     for name, currency, base, ns in wanted:
-        local_kube.put(exchange_rate(name, currency, base, namespace=ns))
+        put_cached(router, local_kube, exchange_rate(name, currency, base, namespace=ns))
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
                                                       GBP="0.8352", CHF="0.9391"))
     requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94",
                                                       CAD="1.3985"))
-    refresh(registry, kube)
+    refresh(router)
 
     assert requests_mock.call_count == 2
     asked = sorted((r.qs["from"][0], r.qs["to"][0]) for r in requests_mock.request_history)
@@ -349,14 +358,14 @@ def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(
 
 
 def test_refresh_rides_out_a_server_error_with_one_retry(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker,
+        router: Router, local_kube: Any, requests_mock: rm.Mocker,
         sleeps: list[float]) -> None:
-    local_kube.put(exchange_rate("er", "USD"))
+    put_cached(router, local_kube, exchange_rate("er", "USD"))
     requests_mock.get(base_url("EUR"), [
         {"status_code": 500, "text": "upstream hiccup"},
         {"content": answer("EUR", "2026-11-20", USD="1.0812")},
     ])
-    refresh(registry, kube)
+    refresh(router)
     assert requests_mock.call_count == 2
     assert len(sleeps) == 1
     assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
@@ -365,23 +374,23 @@ def test_refresh_rides_out_a_server_error_with_one_retry(
 
 
 def test_ping_from_knative_refreshes_like_the_cronjob(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    local_kube.put(exchange_rate("er", "PLN"))
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    put_cached(router, local_kube, exchange_rate("er", "PLN"))
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", PLN="4.2735"))
-    refresh(registry, kube, PING_TYPE)
+    refresh(router, PING_TYPE)
     assert configmap(local_kube, "er")["data"]["rate"] == "4.2735"  # type: ignore[index]
 
 
 def test_unchanged_rate_causes_no_configmap_write(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     before = configmap(local_kube, "er")
     writes_before = configmap_writes(local_kube)
     status_before = cr(local_kube, "er")["status"]
 
-    refresh(registry, kube)
-    refresh(registry, kube)
+    refresh(router)
+    refresh(router)
 
     assert requests_mock.call_count == 3
     assert configmap(local_kube, "er") == before  # fetchedAt did not move it either
@@ -394,21 +403,21 @@ def test_unchanged_rate_causes_no_configmap_write(
 
 
 def test_new_rate_or_date_is_written(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(registry, kube, local_kube, exchange_rate("er", "USD"))
+    add(router, local_kube, exchange_rate("er", "USD"))
     before = configmap(local_kube, "er")
     assert before is not None
 
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-23", USD="1.0812"))
-    refresh(registry, kube)
+    refresh(router)
     after_date = configmap(local_kube, "er")
     assert after_date is not None
     assert after_date["data"]["date"] == "2026-11-23"
     assert after_date["data"]["fetchedAt"] > before["data"]["fetchedAt"]
 
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-24", USD="1.0799"))
-    refresh(registry, kube)
+    refresh(router)
     after_rate = configmap(local_kube, "er")
     assert after_rate is not None
     assert after_rate["data"]["rate"] == "1.0799"
@@ -418,23 +427,23 @@ def test_new_rate_or_date_is_written(
 
 
 def test_refresh_failure_of_one_base_does_not_stop_the_other(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    local_kube.put(exchange_rate("eur-usd", "USD"))
-    local_kube.put(exchange_rate("usd-jpy", "JPY", base="USD"))
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    put_cached(router, local_kube, exchange_rate("eur-usd", "USD"))
+    put_cached(router, local_kube, exchange_rate("usd-jpy", "JPY", base="USD"))
     requests_mock.get(base_url("EUR"), status_code=500)
     requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
-    refresh(registry, kube)
+    refresh(router)
     assert configmap(local_kube, "eur-usd") is None
     assert ready(cr(local_kube, "eur-usd"))["reason"] == "ProviderUnavailable"
     assert configmap(local_kube, "usd-jpy")["data"]["rate"] == "153.94"  # type: ignore[index]
 
 
 def test_refresh_with_missing_currency_fails_only_that_exchange_rate(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    local_kube.put(exchange_rate("usd", "USD"))
-    local_kube.put(exchange_rate("cad", "CAD"))
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    put_cached(router, local_kube, exchange_rate("usd", "USD"))
+    put_cached(router, local_kube, exchange_rate("cad", "CAD"))
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    refresh(registry, kube)
+    refresh(router)
     assert configmap(local_kube, "usd")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert configmap(local_kube, "cad") is None
     condition = ready(cr(local_kube, "cad"))
@@ -443,18 +452,18 @@ def test_refresh_with_missing_currency_fails_only_that_exchange_rate(
 
 
 def test_refresh_with_no_exchange_rates_asks_nothing(
-        registry: Registry, kube: Any, requests_mock: rm.Mocker) -> None:
-    refresh(registry, kube)
+        router: Router, requests_mock: rm.Mocker) -> None:
+    refresh(router)
     assert requests_mock.call_count == 0
 
 
 def test_refresh_reports_kubernetes_errors_for_redelivery(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker,
+        router: Router, local_kube: Any, requests_mock: rm.Mocker,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from eventop.kube.errors import Unavailable
 
-    local_kube.put(exchange_rate("a", "USD"))
-    local_kube.put(exchange_rate("b", "GBP"))
+    put_cached(router, local_kube, exchange_rate("a", "USD"))
+    put_cached(router, local_kube, exchange_rate("b", "GBP"))
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
                                                       GBP="0.8352"))
     def flaky(write: Any) -> Any:
@@ -465,38 +474,42 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
             return result
         return write_unless_a
 
-    mine = kube.for_manager(FIELD_MANAGER)  # what the handlers are given
-    monkeypatch.setattr(mine, "apply", flaky(mine.apply))  # later writes
+    mine = router.kube.for_manager(FIELD_MANAGER)  # what the handlers are given
+    monkeypatch.setattr(mine, "replace", flaky(mine.replace))  # later writes
     monkeypatch.setattr(mine, "create", flaky(mine.create))  # the first one
-    (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
-    assert not outcome.ok
-    assert isinstance(outcome.error, RefreshIncomplete)
+    outcomes = dispatch(router, Event.simple(REFRESH_TYPE))
+    (outcome,) = [o for o in outcomes if not o.ok]
+    assert isinstance(outcome.error, Unavailable)  # answered 5xx: the sender retries
     assert "finance/a" in outcome.detail
     assert configmap(local_kube, "b")["data"]["rate"] == "0.8352"  # type: ignore[index]
 
 
 def test_refresh_without_the_crd_installed_is_not_an_error(
-        registry: Registry, kube: Any, requests_mock: rm.Mocker,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from eventop.kube.errors import NotFound
+        requests_mock: rm.Mocker, tmp_path: Any) -> None:
+    from eventop.localkube import LocalKube
 
-    def no_crd(*args: Any, **kwargs: Any) -> list[Obj]:
-        raise NotFound("the server could not find the requested resource")
-
-    monkeypatch.setattr(kube.for_manager(FIELD_MANAGER), "list", no_crd)
-    (outcome,) = dispatch(registry, kube, Event.simple(REFRESH_TYPE))
-    assert outcome.ok
-    assert "CRD is not installed" in outcome.detail
-    assert requests_mock.call_count == 0
+    server = LocalKube(crd_dir=str(tmp_path))  # no CustomResourceDefinition at all
+    server.start()
+    try:
+        no_crd = Kube.connect(url=server.url)
+        registry = handlers.load("", builtin="exchange_rates")
+        with running_engine(no_crd, registry) as engine:
+            ready, why = engine.readiness()
+            assert ready and "CustomResourceDefinition of eventop.dev/v1/ExchangeRate" in why
+            outcomes = deliver(engine, Event.simple(REFRESH_TYPE), registry, no_crd)
+        assert all(o.ok for o in outcomes)
+        assert requests_mock.call_count == 0
+    finally:
+        server.stop()
 
 
 def test_name_longer_than_a_label_value_still_gets_its_configmap(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     """Object names may be 253 characters, label values only 63: the instance label is
     shortened (with a hash) instead of the apply being refused."""
     name = "exchange-rate-" + "usd-" * 20 + "x"
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
-    add(registry, kube, local_kube, exchange_rate(name, "USD"))
+    add(router, local_kube, exchange_rate(name, "USD"))
 
     cm = configmap(local_kube, name)
     assert cm is not None and cm["data"]["rate"] == "1.08120"
@@ -505,49 +518,32 @@ def test_name_longer_than_a_label_value_still_gets_its_configmap(
     assert ready(cr(local_kube, name))["status"] == "True"
 
 
-class _SomeoneCreatesFirst:
-    """A Kube whose first read of the ConfigMap finds nothing, and someone else creates one
-    right after: the window between the reconcile's read and its write."""
-
-    def __init__(self, kube: Any, local_kube: Any, theirs: Obj) -> None:
-        self._kube, self._local_kube, self._theirs = kube, local_kube, theirs
-
-    def get_or_none(self, api_version: str, kind: str, name: str,
-                    namespace: str | None = None) -> Obj | None:
-        found = self._kube.get_or_none(api_version, kind, name, namespace)
-        if kind == "ConfigMap" and self._theirs is not None:
-            self._local_kube.put(self._theirs)
-            self._theirs = None
-        return found
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._kube, name)
-
-
 def test_configmap_created_by_someone_after_the_read_is_never_merged_into(
-        kube: Any, local_kube: Any) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     """Server-side apply would merge our keys and ownerReference into an object sharing no
     field with ours (so it would be deleted with the ExchangeRate): the ConfigMap is created
-    with POST, which fails if the name is taken."""
-    from eventop.handlers.exchange_rates.provider import Quote
-    from eventop.handlers.exchange_rates.reconcile import converge
-
-    stored = local_kube.put(exchange_rate("exchange-rate-usd", "USD"))
+    with POST, which fails if the name is taken. Here it is made while the rate is fetched,
+    after the handler saw no ConfigMap."""
     theirs = {"apiVersion": "v1", "kind": "ConfigMap",
               "metadata": {"name": "exchange-rate-usd", "namespace": NAMESPACE},
               "data": {"mine": "yes"}}
-    quote = Quote("EUR", "2026-11-20", {"USD": "1.08120"}, "test", "2026-11-21T08:00:00Z")
+    made: list[Obj] = []
 
-    result = converge(_SomeoneCreatesFirst(kube, local_kube, theirs), stored, quote)
+    def someone_creates_it_meanwhile(request: Any, context: Any) -> bytes:
+        made.append(local_kube.put(theirs))
+        return answer("EUR", "2026-11-20", USD="1.08120")
+    requests_mock.get(base_url("EUR"), content=someone_creates_it_meanwhile)
+
+    add(router, local_kube, exchange_rate("exchange-rate-usd", "USD"))
 
     cm = configmap(local_kube, "exchange-rate-usd")
     assert cm["data"] == {"mine": "yes"} and not cm["metadata"].get("ownerReferences")
-    assert not result.ok and not result.wrote_configmap
+    assert cm["metadata"]["resourceVersion"] == made[0]["metadata"]["resourceVersion"]
     assert ready(cr(local_kube, "exchange-rate-usd"))["reason"] == "ConfigMapConflict"
 
 
 def test_configmap_of_an_earlier_exchange_rate_of_that_name_is_taken_over(
-        registry: Registry, kube: Any, local_kube: Any, requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     """Deleted and created again before the garbage collector ran: the ConfigMap's owner is
     replaced (not added to: two controller owners are refused), other owners are kept."""
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
@@ -558,7 +554,7 @@ def test_configmap_of_an_earlier_exchange_rate_of_that_name_is_taken_over(
             "apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "exchange-rate-usd",
             "uid": "u-earlier", "controller": True, "blockOwnerDeletion": True}]},
         "data": {"rate": "0.5"}})
-    stored = add(registry, kube, local_kube, exchange_rate("exchange-rate-usd", "USD"))
+    stored = add(router, local_kube, exchange_rate("exchange-rate-usd", "USD"))
 
     cm = configmap(local_kube, "exchange-rate-usd")
     assert cm["data"]["rate"] == "1.08120"

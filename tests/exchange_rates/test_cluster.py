@@ -90,6 +90,15 @@ def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failur
     for name, currency, base in [("usd", "USD", None), ("gbp", "GBP", "EUR"),
                                  ("yen", "JPY", "USD")]:
         pipe.cluster.put(exchange_rate(name, namespace, currency, base))
+
+    # No add event is sent: the refresh alone fills the ConfigMaps. It reads the router's
+    # cache, which may not hold ExchangeRates made a moment ago yet (those are the next
+    # refresh's, or their own add event's): refresh until all three are there.
+    def refreshed() -> bool:
+        assert pipe.post_event(REFRESH_TYPE) in (200, 202)
+        return all(pipe.cluster.kube.get_or_none("v1", "ConfigMap", n, namespace)
+                   for n in ("usd", "gbp", "yen"))
+    pipe.cluster.wait_for(refreshed, what="the refresh filled the three ConfigMaps")
     before = len(standin.requests)
     assert pipe.post_event(REFRESH_TYPE) in (200, 202)
     asked = standin.requests[before:]

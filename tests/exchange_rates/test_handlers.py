@@ -22,7 +22,7 @@ from tests.exchange_rates.conftest import (
     exchange_rate,
     put_cached,
 )
-from tests.support.engine import deliver, running_engine
+from tests.support.engine import deliver
 
 pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 
@@ -486,20 +486,23 @@ def test_refresh_reports_kubernetes_errors_for_redelivery(
 
 def test_refresh_without_the_crd_installed_is_not_an_error(
         requests_mock: rm.Mocker, tmp_path: Any) -> None:
+    from eventop.engine.runtime import Engine
     from eventop.localkube import LocalKube
 
     server = LocalKube(crd_dir=str(tmp_path))  # no CustomResourceDefinition at all
     server.start()
+    engine = None
     try:
         no_crd = Kube.connect(url=server.url)
         registry = handlers.load("", builtin="exchange_rates")
-        with running_engine(no_crd, registry) as engine:
-            ready, why = engine.readiness()
-            assert ready and "CustomResourceDefinition of eventop.dev/v1/ExchangeRate" in why
-            outcomes = deliver(engine, Event.simple(REFRESH_TYPE), registry, no_crd)
+        engine = Engine(registry.controllers, no_crd).start()
+        outcomes = deliver(engine, Event.simple(REFRESH_TYPE), registry, no_crd)
         assert all(o.ok for o in outcomes)
+        assert "eventop.dev/v1/ExchangeRate" in engine.readiness()[1]  # says what it waits for
         assert requests_mock.call_count == 0
     finally:
+        if engine is not None:
+            engine.stop()
         server.stop()
 
 

@@ -4,7 +4,7 @@ The recording: ``exchange-rate-usd`` and ``exchange-rate-chf`` created in ``fina
 switched to GBP; ``chf`` deleted. Afterwards the ConfigMap of ``usd`` holds the mocked USD
 rate, and of ``chf`` nothing is left; in between it held the GBP rate.
 
-Twice: handlers dispatched in-process (requests-mock answers the provider), and through the
+Twice: handlers run in-process by the engine (requests-mock answers the provider), and through the
 whole pipeline (router under gunicorn in a subprocess, where requests-mock can not reach: a
 loopback stand-in answers instead, named by ``RATES_API_URL``).
 """
@@ -19,9 +19,14 @@ import requests_mock as rm
 from demo.provider import RatesStandIn, answer
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
-from eventop.handlers.registry import Registry
 from eventop.testing import LocalCluster, replay
-from tests.exchange_rates.conftest import BASE_URL, STANDIN_RATES, assert_ok, dispatch
+from tests.exchange_rates.conftest import (
+    BASE_URL,
+    STANDIN_RATES,
+    Router,
+    assert_ok,
+    dispatch,
+)
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
@@ -51,8 +56,7 @@ def check_after(change: str, obj: Obj, get: Any, seen: dict[str, list[str]]) -> 
 
 
 def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_rates(
-        registry: Registry, kube: Any, local_kube: Any, rates_client: Any,
-        requests_mock: rm.Mocker) -> None:
+        router: Router, local_kube: Any, rates_client: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(f"{BASE_URL}/latest?from=EUR",
                       content=answer("EUR", "2026-11-20", **STANDIN_RATES["EUR"]))
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -60,7 +64,7 @@ def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_ra
     replay(
         LocalCluster(local=local_kube), PATHS,
         lambda change, obj: assert_ok(
-            dispatch(registry, kube, Event.for_object(change, obj))),
+            dispatch(router, Event.for_object(change, obj))),
         after_each=lambda change, obj: check_after(change, obj, local_kube.get, seen))
 
     assert seen == {"exchange-rate-usd": ["USD=1.0812"],

@@ -8,22 +8,24 @@ After each recorded change the mirror's objects must match it; at the end ``dock
 and ``quay`` have theirs (``docker-hub`` at generation 2, with a 50Gi claim) and nothing is
 left of ``gcr`` (the local API server garbage-collects owned objects, as a real one does).
 
-Twice: handlers dispatched in-process, and through the whole pipeline (router under
+Twice: the controller run in-process by the engine, and through the whole pipeline (router under
 gunicorn, CloudEvents over HTTP). Then the whole recording once more: nothing changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventop import handlers
+from eventop.engine.runtime import Engine
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import Names
-from eventop.handlers.registry import Registry
 from eventop.testing import LocalCluster, replay
+from tests.support.engine import deliver, running_engine
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_registrymirrors.list.json",
@@ -96,27 +98,28 @@ EXPECTED_SEEN = {"docker-hub": ["gen1:20Gi", "gen2:50Gi", "gen2:50Gi"],
 
 
 @pytest.fixture
-def registry() -> Registry:
-    """Only the mirrors' handlers."""
+def engine(kube: Any) -> Iterator[Engine]:
+    """Only the mirrors' controller, run by the engine as the router runs it."""
     own = handlers.load("", builtin="mirrors")
-    assert own.registrations
-    return own
+    assert own.controllers
+    with running_engine(kube, own) as running:
+        yield running
 
 
-def dispatch_ok(registry: Registry, kube: Any, event: Event) -> None:
-    outcomes = registry.dispatch(event, kube)
+def deliver_ok(engine: Engine, event: Event) -> None:
+    outcomes = deliver(engine, event)
     assert outcomes, f"no handler for {event.type}"
     failed = [o for o in outcomes if not o.ok]
     assert not failed, [o.detail for o in failed]
 
 
 def test_recorded_session_in_process_leaves_each_mirrors_objects_and_status(
-        registry: Registry, local_kube: Any, kube: Any) -> None:
+        engine: Engine, local_kube: Any) -> None:
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     seen: dict[str, list[str]] = {}
     replay(
         LocalCluster(local=local_kube), PATHS,
-        lambda change, obj: dispatch_ok(registry, kube, Event.for_object(change, obj)),
+        lambda change, obj: deliver_ok(engine, Event.for_object(change, obj)),
         after_each=lambda change, obj: check_after(local_kube, change, obj, seen))
     assert seen == EXPECTED_SEEN
     check_end_state(local_kube)

@@ -180,6 +180,18 @@ class KubeRecorder:
                     found.add(Access(group, f"{plural}/finalizers", "update"))
         return found
 
+    def reads_after_create(self, writer_file: str = "engine/apiserver.py") -> set[Access]:
+        """``get`` on every resource the engine creates objects of.
+
+        A create answered 409 (someone made an object at that name meanwhile) is followed by
+        a read of it, to tell another replica's object from someone else's (docs/ENGINE.md,
+        section 3). Scenarios make that race for a kind only by chance, so the permission is
+        derived by this rule from the creates instead of from the reads that happened.
+        """
+        return {Access(a.group, a.resource, "get") for call in self.calls
+                if call.method == "POST" and call.site and call.site[0] == writer_file
+                for a in call.accesses if a.verb == "create"}
+
 
 # -- static call sites -------------------------------------------------------------------
 

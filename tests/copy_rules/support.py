@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from eventop.engine.runtime import Engine, EngineSettings
+from eventop.engine.runtime import Engine
 from eventop.handlers.copy_rules import desired
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
-from eventop.testing.waiting import wait_until
+from tests.support import engine as engine_support
+from tests.support.engine import deliver
 
 Obj = dict[str, Any]
 Key = tuple[str, str | None, str]
@@ -29,21 +30,7 @@ def copy_rule_registry() -> Registry:
 
 def start_engine(kube: Any) -> Engine:
     """The CopyRule handler's engine (as the router runs it), ready: its caches synced."""
-    engine = Engine(copy_rule_registry().controllers, kube,
-                    settings=EngineSettings(workers=4, write_concurrency=8)).start()
-    if not wait_until(lambda: engine.readiness()[0], 20):
-        engine.stop()
-        raise AssertionError(f"engine not ready: {engine.readiness()[1]}")
-    return engine
-
-
-def deliver(engine: Engine, event: Event) -> list[Outcome]:
-    """Submit an event and wait for its runs, as the router does; their outcomes."""
-    ticket, notes = engine.submit(event)
-    assert ticket.wait(60), f"runs of {ticket.pending} did not finish"
-    return [Outcome(name, True, 0.0, note) for name, note in notes.items()] + [
-        Outcome(name, r.ok, r.duration, r.detail, r.error)
-        for (name, _key), r in ticket.results.items()]
+    return engine_support.start_engine(kube, copy_rule_registry())
 
 
 class Harness:

@@ -13,17 +13,24 @@ from typing import Any
 from eventop.engine.runtime import Engine, EngineSettings
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
-from tests.support.waiting import wait_until
+from eventop.testing.waiting import wait_until
+
+
+def start_engine(kube: Any, registry: Registry) -> Engine:
+    """The registry's controllers on an engine whose caches have synced (stop it after)."""
+    engine = Engine(registry.controllers, kube,
+                    settings=EngineSettings(workers=4, write_concurrency=8)).start()
+    if not wait_until(lambda: engine.readiness()[0], 20):
+        engine.stop()
+        raise AssertionError(f"engine not ready: {engine.readiness()[1]}")
+    return engine
 
 
 @contextmanager
 def running_engine(kube: Any, registry: Registry) -> Iterator[Engine]:
-    """The registry's controllers on an engine whose caches have synced."""
-    engine = Engine(registry.controllers, kube,
-                    settings=EngineSettings(workers=4, write_concurrency=8)).start()
+    """:func:`start_engine`, stopped at the end of the block."""
+    engine = start_engine(kube, registry)
     try:
-        if not wait_until(lambda: engine.readiness()[0], 20):
-            raise AssertionError(f"engine not ready: {engine.readiness()[1]}")
         yield engine
     finally:
         engine.stop()

@@ -16,7 +16,7 @@ from eventop.events import REF_PREFIX
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import Names
 from eventop.kube import Kube
-from tests.support.engine import deliver, running_engine
+from tests.support.engine import deliver, running_engine, wait_cached
 
 Obj = dict[str, Any]
 NS = "registry-mirrors"
@@ -317,6 +317,7 @@ def test_an_existing_claim_not_made_by_eventop_is_left_alone(world: Any, engine:
                         "metadata": {"name": Names.of("quay").pvc, "namespace": NS},
                         "spec": {"accessModes": ["ReadWriteOnce"],
                                  "resources": {"requests": {"storage": "1Gi"}}}})
+    wait_cached(engine, theirs)  # it exists before the mirror, for the router too
     put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
     mirror_event(world, engine, "quay", "add")
     pvc = world.get("v1", "PersistentVolumeClaim", Names.of("quay").pvc, NS)

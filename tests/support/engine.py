@@ -6,6 +6,7 @@ For tests of a handler's behaviour against an API server without the router's HT
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,13 +18,23 @@ from eventop.testing.waiting import wait_until
 
 
 def start_engine(kube: Any, registry: Registry) -> Engine:
-    """The registry's controllers on an engine whose caches have synced (stop it after)."""
+    """The registry's controllers on an engine whose caches have synced and whose start-up
+    runs (one per parent then cached) are queued (stop it after).
+
+    Without the second wait, the start-up thread, which looks every 0.2 s, could still find
+    parents a test created after readiness and run them outside any event: a run no test
+    waits for, racing with the ones it does.
+    """
     engine = Engine(registry.controllers, kube,
                     settings=EngineSettings(workers=4, write_concurrency=8)).start()
-    if not wait_until(lambda: engine.readiness()[0], 20):
+    if not wait_until(lambda: engine.readiness()[0] and not _starting(), 20):
         engine.stop()
         raise AssertionError(f"engine not ready: {engine.readiness()[1]}")
     return engine
+
+
+def _starting() -> bool:
+    return any(t.name == "engine-start" and t.is_alive() for t in threading.enumerate())
 
 
 @contextmanager

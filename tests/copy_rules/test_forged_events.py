@@ -83,5 +83,8 @@ def test_an_event_naming_a_secret_that_does_not_exist_copies_nothing(scene: Any)
     assert pipe.post("add", ghost) == 200
     elsewhere = secret("kube-system", "stolen", {"k": b64("x")}, SELECTED)
     elsewhere["metadata"].update(uid=str(uuid.uuid4()), resourceVersion="1")
-    assert pipe.post("add", elsewhere) == 200
+    # Handled, not retried: 200 if some handler said something about it, 202 if none was
+    # concerned (no rule's source, no mirror's credentials: which one depends on what else
+    # the router runs, e.g. a handler still waiting for a CRD reports that)
+    assert pipe.post("add", elsewhere) in (200, 202)
     assert set(copies(pipe, target)) == {"regcred"}

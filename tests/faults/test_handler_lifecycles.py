@@ -19,6 +19,7 @@ import requests
 from demo.provider import EUR_RATES
 from eventop.events import simple_event, to_http
 from eventop.handlers.mirrors.build import Names
+from eventop.kube.errors import Conflict as KubeConflict
 from tests.faults.stack import Stack, converge
 from tests.faults.workload import namespace
 
@@ -91,20 +92,23 @@ def test_registry_mirror_lifecycle(stack: Stack, ns: str) -> None:
 
 
 def test_registry_mirror_statefulset_edited_by_hand_is_restored(stack: Stack, ns: str) -> None:
-    """Restored through the mirror's own status: the StatefulSet controller reports the new
-    generation, the mirror's status follows, and that change of the mirror re-applies its
-    objects (the handler itself only refreshes status on a change of its StatefulSet)."""
+    """A change of a mirror's StatefulSet runs the mirror's reconcile, which applies it back."""
     world, names = stack.world, Names.of("hub")
     world.apply({"apiVersion": "eventop.dev/v1", "kind": "RegistryMirror",
                  "metadata": {"name": "hub", "namespace": ns},
                  "spec": {"upstream": "https://quay.io", "hostPort": 23457}})
     wait("the StatefulSet", lambda: world.get_or_none("apps/v1", "StatefulSet",
                                                       names.statefulset, ns))
-    sts = world.get("apps/v1", "StatefulSet", names.statefulset, ns)
-    for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if e["name"] == "REGISTRY_PROXY_REMOTEURL":
-            e["value"] = "https://evil.example.com"
-    world.replace(sts)
+    for _ in range(10):  # read-modify-write: the StatefulSet controller writes its status too
+        sts = world.get("apps/v1", "StatefulSet", names.statefulset, ns)
+        for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]:
+            if e["name"] == "REGISTRY_PROXY_REMOTEURL":
+                e["value"] = "https://evil.example.com"
+        try:
+            world.replace(sts)
+            break
+        except KubeConflict:
+            continue
     _, left = converge(lambda: [] if env_of(world.get(
         "apps/v1", "StatefulSet", names.statefulset, ns))["REGISTRY_PROXY_REMOTEURL"]
         == "https://quay.io" else ["edited"], TIMEOUT)

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import requests_mock as rm
 
+from demo.provider import answer
 from eventop.engine.testing import World
 from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import rates
 from tests.exchange_rates.conftest import BASE_URL, NAMESPACE, exchange_rate
-from tests.exchange_rates.standin import answer
 
 pytestmark = pytest.mark.usefixtures("rates_client")
 

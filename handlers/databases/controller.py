@@ -76,12 +76,12 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
     )
 
 
-def desired(result: Plan) -> Desired:
+def desired(result: Plan, observed: Observed) -> Desired:
     children: list[Child] = []
     for obj in result.children or []:
         job = obj["kind"] == "Job"
         children.append(Child(obj, mode="create" if job else "apply", force=not job))
-    children += [Child(obj, owned=False, force=True) for obj in result.kept]
+    children += [kept(obj, observed) for obj in result.kept]
     return Desired(
         children=children, prune=result.children is not None,
         status=result.status,
@@ -90,14 +90,25 @@ def desired(result: Plan) -> Desired:
         requeue_after=result.requeue_after, done=result.finalize)
 
 
+def kept(obj: Obj, observed: Observed) -> Child:
+    """An object that outlives the Database. A credentials Secret this run generated
+    passwords for is only ever created: if another router process (or a cache that has not
+    seen it yet) made one meanwhile, that one stays, because a server may already have
+    started with its passwords. An existing Secret is applied with the passwords it has."""
+    fresh_secret = obj["kind"] == "Secret" and observed.secret is None
+    return Child(obj, owned=False, force=True, mode="create" if fresh_secret else "apply")
+
+
 @databases.reconcile
 def reconcile(db: Obj, reads: Reads) -> Desired:
-    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+    observed = observe(db, reads)
+    return desired(lifecycle.plan(db, observed, new_password), observed)
 
 
 @databases.finalize
 def finalize(db: Obj, reads: Reads) -> Desired:
-    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+    observed = observe(db, reads)
+    return desired(lifecycle.plan(db, observed, new_password), observed)
 
 
 @databases.adopts

@@ -82,6 +82,9 @@ def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
     world.delete(DB, "orders", "shop")
     world.converge(databases)
     assert world.get(DB, "orders", "shop") is not None
+    assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop")["spec"]["replicas"] == 0
+    ready(world, "orders-pg16")  # its controller: no pod left
+    world.converge(databases)
     assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop") is None
     (snapshot,) = world.list("snapshot.storage.k8s.io/v1/VolumeSnapshot", "shop")
     mark(world, "snapshot.storage.k8s.io/v1/VolumeSnapshot", snapshot["metadata"]["name"],

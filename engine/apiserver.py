@@ -114,8 +114,15 @@ class KubeWriter:
         wanted = [*have, finalizer] if present else have
         patch = {"metadata": {"finalizers": wanted or None,
                               "resourceVersion": meta.get("resourceVersion")}}
-        return self._wrote(self.kube.patch(parent["apiVersion"], parent["kind"], meta["name"],
-                                           meta.get("namespace"), patch))
+        try:
+            return self._wrote(self.kube.patch(parent["apiVersion"], parent["kind"],
+                                               meta["name"], meta.get("namespace"), patch))
+        except errors.NotFound:
+            if present:
+                raise
+            # Gone already: an earlier run removed the last finalizer, and this run read the
+            # parent from a cache that had not seen that yet. Nothing is left to hold.
+            return parent
 
     def post_event(self, parent: Obj, note: Note) -> None:
         self.kube.post_event(parent, note.type, note.reason, note.message)

@@ -60,24 +60,25 @@ class Components:
 
     # -- servers ---------------------------------------------------------------------------
 
-    def servers_ready(self, name: str, namespace: str) -> Obj:
-        """Every pod of StatefulSet ``name`` Ready, through rolling updates; returns the
-        StatefulSet once it reports them all ready on its current spec."""
+    def servers_ready(self, name: str, namespace: str) -> None:
+        """Every pod of StatefulSet ``name`` Ready, through rolling updates and scaling
+        (to zero, too), until the StatefulSet reports them all ready on its current spec
+        (or is gone)."""
         if not self.real:
-            return self._statefulset_controller(name, namespace)
+            self._statefulset_controller(name, namespace)
+            return
 
-        def step() -> Obj | None:
+        def step() -> bool:
             sts = self.kube.get_or_none("apps/v1", "StatefulSet", name, namespace)
             if sts is None or rolled_out(sts):
-                return sts
+                return True
             selector = ",".join(f"{k}={v}" for k, v in
                                 sts["spec"]["selector"]["matchLabels"].items())
             for pod in self.kube.list("v1", "Pod", namespace, label_selector=selector):
                 if not pod["metadata"].get("deletionTimestamp") and not _ready(pod):
                     self._pod_ready(pod)
-            return None
-        found: Obj = self.cluster.wait_for(step, self.timeout, f"StatefulSet {name} ready")
-        return found
+            return False
+        self.cluster.wait_for(step, self.timeout, f"StatefulSet {name} ready")
 
     def _pod_ready(self, pod: Obj) -> None:
         now = stamp()
@@ -88,11 +89,13 @@ class Components:
                            for t in ("Initialized", "Ready", "ContainersReady",
                                      "PodScheduled")]})
 
-    def _statefulset_controller(self, name: str, namespace: str) -> Obj:
+    def _statefulset_controller(self, name: str, namespace: str) -> None:
         """What the StatefulSet controller and the kubelet together make of a StatefulSet:
         a claim per replica and claim template (labelled with the template's labels and the
         selector's), and every replica ready on the current revision."""
-        sts = self.kube.get("apps/v1", "StatefulSet", name, namespace)
+        sts = self.kube.get_or_none("apps/v1", "StatefulSet", name, namespace)
+        if sts is None:
+            return
         spec = sts["spec"]
         replicas = spec.get("replicas", 1)
         for template in spec.get("volumeClaimTemplates") or []:
@@ -108,7 +111,7 @@ class Components:
                         "spec": template["spec"]})
         revision = f"{name}-" + hashlib.sha256(json.dumps(
             spec["template"], sort_keys=True).encode()).hexdigest()[:10]
-        return self._status("apps/v1", "StatefulSet", name, namespace, {
+        self._status("apps/v1", "StatefulSet", name, namespace, {
             "observedGeneration": sts["metadata"]["generation"], "replicas": replicas,
             "readyReplicas": replicas, "currentReplicas": replicas,
             "updatedReplicas": replicas, "availableReplicas": replicas,

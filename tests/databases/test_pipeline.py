@@ -87,8 +87,8 @@ def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
     scratch = Life(cluster, play, namespace, "scratch")
     for life, policy in ((keep, "Retain"), (scratch, "Delete")):
         life.create(version="16", deletionPolicy=policy)
-        play.servers_ready(life.object("apps/v1/StatefulSet", "placeholder".replace(
-            "placeholder", life.names.statefulset(16)))["metadata"]["name"], namespace)
+        life.object("apps/v1/StatefulSet", life.names.statefulset(16))
+        play.servers_ready(life.names.statefulset(16), namespace)
     lives.delete_retained_then_adopted(keep)
     lives.delete_deleting_the_data(scratch)
 

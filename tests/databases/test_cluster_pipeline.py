@@ -60,8 +60,7 @@ def restricted_namespace(cluster: RealCluster) -> Iterator[str]:
             with contextlib.suppress(KubeError):
                 cluster.kube.patch("eventop.dev/v1", "Database", db["metadata"]["name"], name,
                                    {"metadata": {"finalizers": None}})
-        cluster.remove("v1", "Namespace", name)  # and waited for: the next test's watcher
-        # must not see this one's leftovers go
+        cluster.kube.delete("v1", "Namespace", name)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from eventop.testing.cluster import load_crds
 from tests.databases import lives
 from tests.databases.lives import DB, Life
 from tests.databases.play import SNAPSHOTS, Components
-from tests.databases.test_pipeline import EVERY_HANDLER, WITH_SNAPSHOTS
+from tests.databases.test_pipeline import EVERY_HANDLER
 
 pytestmark = pytest.mark.cluster
 
@@ -70,7 +70,7 @@ def with_snapshot_api(cluster: RealCluster) -> Iterator[tuple[Pipeline, str]]:
     cluster.wait_for(lambda: not cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]),
                      60, "the snapshot API served")
     with restricted_namespace(cluster) as ns, Pipeline(
-            cluster, builtin=EVERY_HANDLER, watcher=True, resources=WITH_SNAPSHOTS) as pipe:
+            cluster, builtin=EVERY_HANDLER, watcher=True) as pipe:
         yield pipe, ns
 
 

@@ -195,8 +195,9 @@ def test_a_kept_data_volume_template_is_reused_as_it_is() -> None:
 
 
 def test_everything_a_database_makes_carries_the_label_the_watcher_selects_on() -> None:
-    """The watcher (and Knative's ApiServerSource) watch Services, claims, StatefulSets, Jobs
-    and CronJobs only with ``app.kubernetes.io/managed-by=eventop``: a Database's objects,
+    """The Database handler declares its Services, claims, StatefulSets, Jobs, CronJobs and
+    snapshots with the selector ``app.kubernetes.io/managed-by=eventop``: the router caches,
+    and the watcher (or Knative's ApiServerSource) watches, only those. A Database's objects,
     the Jobs its CronJob makes and the data volumes its StatefulSet makes must carry it."""
     from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL
 

@@ -19,7 +19,6 @@ import requests
 
 from eventop.handlers import BUILTIN
 from eventop.testing import LocalCluster, Pipeline, wait_until
-from eventop.watcher.specs import DEFAULT_RESOURCES, MANAGED_SELECTOR
 from tests.databases import lives
 from tests.databases.lives import Life
 from tests.databases.play import Components
@@ -28,15 +27,12 @@ HERE = Path(__file__).resolve().parent
 CRDS = HERE.parents[1] / "crds"
 SNAPSHOT_CRDS = HERE / "schemas"
 EVERY_HANDLER = ",".join(b.rsplit(".", 1)[-1] for b in BUILTIN)
-# Where the snapshot API is served, its VolumeSnapshots can be watched too: a Database then
-# hears at once that its snapshots are ready instead of at its next look (every 15 s).
-WITH_SNAPSHOTS = " ".join([*DEFAULT_RESOURCES,
-                           f"snapshot.storage.k8s.io/v1/volumesnapshots:{MANAGED_SELECTOR}"])
 
 
-def running(cluster: LocalCluster, snapshots: bool) -> Pipeline:
-    return Pipeline(cluster, builtin=EVERY_HANDLER, watcher=True,
-                    resources=WITH_SNAPSHOTS if snapshots else None)
+def running(cluster: LocalCluster) -> Pipeline:
+    """The router and the watcher as deployed: every built-in handler, the watcher's own
+    resources (what the handlers listen to: VolumeSnapshots too, where served)."""
+    return Pipeline(cluster, builtin=EVERY_HANDLER, watcher=True)
 
 
 @pytest.fixture
@@ -49,7 +45,7 @@ def with_snapshot_api(namespace: str) -> Iterator[tuple[LocalCluster, Pipeline]]
     cluster = LocalCluster([CRDS, SNAPSHOT_CRDS])
     cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     try:
-        with running(cluster, snapshots=True) as pipe:
+        with running(cluster) as pipe:
             yield cluster, pipe
     finally:
         cluster.close()
@@ -60,7 +56,7 @@ def without_snapshot_api(namespace: str) -> Iterator[tuple[LocalCluster, Pipelin
     cluster = LocalCluster([CRDS])
     cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     try:
-        with running(cluster, snapshots=False) as pipe:
+        with running(cluster) as pipe:
             yield cluster, pipe
     finally:
         cluster.close()

@@ -33,7 +33,7 @@ def test_the_last_finalizer_removed_never_puts_the_deleted_parent_back_in_the_ca
     that before the write's answer comes back. Written through, the answer would bring the
     parent back into the cache (for good: no event ever removes it again)."""
     from eventop.kube.informer import InformerSpec
-    from tests.support.waiting import wait_until
+    from eventop.testing import wait_until
 
     cache = Cache(kube, [InformerSpec("v1", "ConfigMap")]).start()
     try:

@@ -114,8 +114,26 @@ class KubeWriter:
         wanted = [*have, finalizer] if present else have
         patch = {"metadata": {"finalizers": wanted or None,
                               "resourceVersion": meta.get("resourceVersion")}}
-        return self._wrote(self.kube.patch(parent["apiVersion"], parent["kind"], meta["name"],
-                                           meta.get("namespace"), patch))
+        try:
+            written = self.kube.patch(parent["apiVersion"], parent["kind"], meta["name"],
+                                      meta.get("namespace"), patch)
+        except errors.NotFound:
+            if present:
+                raise
+            # Gone already: an earlier run removed the last finalizer, and this run read the
+            # parent from a cache that had not seen that yet. Nothing is left to hold.
+            return parent
+        if not wanted and meta.get("deletionTimestamp"):
+            # Its last finalizer: the API server deletes the parent with this very write.
+            # Written through, the answer could put back an object whose deletion the
+            # informer has already seen (a cache holding a deleted parent until the next
+            # re-list, and every delete event about it answered 503): forget it instead.
+            store = self.cache.store(str(parent["apiVersion"]), str(parent["kind"]))
+            if store is not None:
+                store.forget_deleted(written)
+            self.echoes.mark(written, deleted=True)
+            return written
+        return self._wrote(written)
 
     def post_event(self, parent: Obj, note: Note) -> None:
         self.kube.post_event(parent, note.type, note.reason, note.message)

@@ -98,6 +98,8 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
             result.actions.append(Action(child.mode, kind, ns, name, body, existing, child))
     if prune and desired.prune:
         for k in ctl.owns:
+            if k.optional and not reads.served(k):
+                continue  # an add-on's kind this API server does not serve: none exist
             for obj in reads.list(k, owner=uid):
                 meta = obj["metadata"]
                 ns = meta.get("namespace") or ""

@@ -42,8 +42,11 @@ KindSpec = str | Kind | tuple[str, str]
 class World:
     """Objects by kind, plus the log of what the engine wrote and posted."""
 
-    def __init__(self, objects: Iterable[Obj] = ()) -> None:
+    def __init__(self, objects: Iterable[Obj] = (), *,
+                 unserved: Iterable[KindSpec] = ()) -> None:
         self._stores: dict[tuple[str, str], Store] = {}
+        #: Kinds this world's API server does not serve (an add-on's CRD not installed).
+        self.unserved = {Kind.of(k).key for k in unserved}
         self._rv = itertools.count(1)
         #: Every write the engine made: (verb, kind, namespace, name).
         self.writes: list[tuple[str, str, str, str]] = []
@@ -141,7 +144,9 @@ class World:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _lookup(self, api_version: str, kind: str) -> Store:
+    def _lookup(self, api_version: str, kind: str) -> Store | None:
+        if (api_version, kind) in self.unserved:
+            return None
         return self._store(api_version, kind)
 
     def _store(self, api_version: str, kind: str) -> Store:

@@ -2,14 +2,15 @@
 
 Mixed into the store. Custom resources get their CRD schema's defaults, pruning and
 validation; built-in kinds get the few defaults the real registry fills in (Namespaces,
-Secrets, Services, PVCs, Pods, CRDs) and :func:`eventop.localkube.validation.admit`.
+Secrets, Services, PVCs, Pods, CRDs, Jobs and CronJobs: :mod:`eventop.localkube.batch`)
+and :func:`eventop.localkube.validation.admit`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eventop.localkube import errors, validation
+from eventop.localkube import batch, errors, validation
 from eventop.localkube.objects import now
 from eventop.localkube.resources import ResourceType
 
@@ -38,8 +39,12 @@ class Admission(_Base):
                 if causes:
                     raise errors.invalid(res.kind, res.group, new["metadata"]["name"], causes)
             return new
-        kind = res.kind if res.group in ("", "apps", "apiextensions.k8s.io") else ""
-        if kind == "Namespace":
+        kind = res.kind if res.group in ("", "apps", "apiextensions.k8s.io", "batch") else ""
+        if kind == "Job":
+            batch.default_job(new, old)
+        elif kind == "CronJob":
+            batch.default_cronjob(new)
+        elif kind == "Namespace":
             name = new["metadata"]["name"]
             new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             new.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])

@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the descriptions are the server's own text, kept on one line each)
 """Column definitions of the built-in kinds' Tables, as kube-apiserver v1.24 sends them.
 
-Copied from the Tables recorded in ``tests/recordings/kubectl/tables/`` (name, type, format,
+Copied from the Tables recorded in ``tests/recordings/kubectl/tables/`` (Jobs and CronJobs:
+``tests/recordings/batch/``) (name, type, format,
 priority and the API documentation the server puts in ``description``); ``tables.py`` fills
 the cells.
 """
@@ -184,5 +185,41 @@ COLUMNS: dict[str, list[tuple[str, str, str, int, str]]] = {
          'Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: http://kubernetes.io/docs/user-guide/identifiers#names'),
         ('Created At', 'date', '', 0,
          'CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata'),
+    ],
+    'Job': [
+        ('Name', 'string', 'name', 0,
+         'Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: http://kubernetes.io/docs/user-guide/identifiers#names'),
+        ('Completions', 'string', '', 0,
+         'The number of pods which reached phase Succeeded.'),
+        ('Duration', 'string', '', 0,
+         'Time required to complete the job.'),
+        ('Age', 'string', '', 0,
+         'CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata'),
+        ('Containers', 'string', '', 1,
+         'Names of each container in the template.'),
+        ('Images', 'string', '', 1,
+         'Images referenced by each container in the template.'),
+        ('Selector', 'string', '', 1,
+         'A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors'),
+    ],
+    'CronJob': [
+        ('Name', 'string', 'name', 0,
+         'Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: http://kubernetes.io/docs/user-guide/identifiers#names'),
+        ('Schedule', 'string', '', 0,
+         'The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.'),
+        ('Suspend', 'boolean', '', 0,
+         'This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.'),
+        ('Active', 'integer', '', 0,
+         'A list of pointers to currently running jobs.'),
+        ('Last Schedule', 'string', '', 0,
+         'Information when was the last time the job was successfully scheduled.'),
+        ('Age', 'string', '', 0,
+         'CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata'),
+        ('Containers', 'string', '', 1,
+         'Names of each container in the template.'),
+        ('Images', 'string', '', 1,
+         'Images referenced by each container in the template.'),
+        ('Selector', 'string', '', 1,
+         'A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors'),
     ],
 }

@@ -313,6 +313,36 @@ def _daemonset(obj: Obj) -> list[Any]:
             images, format_selector(spec.get("selector"))]
 
 
+def _job(obj: Obj) -> list[Any]:
+    spec, status = _spec(obj), _status(obj)
+    succeeded = status.get("succeeded", 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{spec['completions']}"
+    else:
+        completions = f"{succeeded}/1 of {spec.get('parallelism', 1)}"
+    started, finished = _parse_time(status.get("startTime")), _parse_time(
+        status.get("completionTime"))
+    duration = "" if started is None else human_duration(
+        ((finished or datetime.now(UTC)) - started).total_seconds())
+    names, images = _containers(obj)
+    return [_meta(obj).get("name"), completions, duration,
+            age(_meta(obj).get("creationTimestamp")), names, images,
+            format_selector(spec.get("selector"))]
+
+
+def _cronjob(obj: Obj) -> list[Any]:
+    spec, status = _spec(obj), _status(obj)
+    job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    names, images = _containers({"spec": job_spec})
+    suspend = spec.get("suspend")
+    last = status.get("lastScheduleTime")
+    return [_meta(obj).get("name"), spec.get("schedule", ""),
+            "<unset>" if suspend is None else str(bool(suspend)),
+            len(status.get("active") or []), age(last) if last else "<none>",
+            age(_meta(obj).get("creationTimestamp")), names, images,
+            format_selector(job_spec.get("selector"))]
+
+
 def _lease(obj: Obj) -> list[Any]:
     return [_meta(obj).get("name"), _spec(obj).get("holderIdentity", ""),
             age(_meta(obj).get("creationTimestamp"))]
@@ -326,5 +356,6 @@ CELLS: dict[str, Callable[[Obj], list[Any]]] = {
     "Namespace": _namespace, "ConfigMap": _configmap, "Secret": _secret,
     "ServiceAccount": _service_account, "Service": _service, "PersistentVolumeClaim": _pvc,
     "Pod": _pod, "Event": _event, "Deployment": _deployment, "StatefulSet": _statefulset,
-    "DaemonSet": _daemonset, "Lease": _lease, "CustomResourceDefinition": _crd,
+    "DaemonSet": _daemonset, "Job": _job, "CronJob": _cronjob, "Lease": _lease,
+    "CustomResourceDefinition": _crd,
 }

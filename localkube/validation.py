@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from eventop.localkube import errors
+from eventop.localkube import batch, errors
 from eventop.localkube.errors import ApiError, cause
 from eventop.localkube.resources import ResourceType
 
@@ -387,7 +387,11 @@ def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
     if old is None:
         causes += validate_name(res, str(meta.get("name", "")))
     causes += validate_meta(meta)
-    kind = res.kind if res.group in ("", "apps") else ""
+    kind = res.kind if res.group in ("", "apps", "batch") else ""
+    if kind == "Job":
+        causes += batch.job_causes(new, old)
+    if kind == "CronJob":
+        causes += batch.cronjob_causes(new)
     if kind in ("StatefulSet", "DaemonSet", "Deployment"):
         causes += _workload(new)
     if kind == "StatefulSet" and old is not None:

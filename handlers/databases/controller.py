@@ -37,14 +37,25 @@ Obj = dict[str, Any]
 
 registry = Registry()
 
-OURS = f"app.kubernetes.io/name={APP_NAME},{MANAGED_BY_LABEL}={MANAGED_BY}"
-SNAPSHOT = Kind.of(f"{SNAPSHOT_API}/VolumeSnapshot", optional=True)
+# Of the kinds users have many of, only eventop's objects are cached and watched (what a
+# Database makes carries this label, the Jobs its CronJob makes and its data volumes too).
+# Secrets and ConfigMaps are not narrowed: a Secret someone else made at a Database's name
+# must be seen to be left alone, and copy rules read them all anyway.
+MANAGED = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
+
+def _ours(kind: str, **options: Any) -> Kind:
+    return Kind.of(kind, selector=MANAGED, **options)
+
+
+SNAPSHOT = _ours(f"{SNAPSHOT_API}/VolumeSnapshot", optional=True)
 
 databases = Controller(
     "databases",
     parent=f"{API_VERSION}/{KIND}",
-    owns=["v1/Secret", "v1/ConfigMap", "v1/Service", "v1/PersistentVolumeClaim",
-          "apps/v1/StatefulSet", "batch/v1/Job", "batch/v1/CronJob", SNAPSHOT],
+    owns=["v1/Secret", "v1/ConfigMap", _ours("v1/Service"), _ours("v1/PersistentVolumeClaim"),
+          _ours("apps/v1/StatefulSet"), _ours("batch/v1/Job"), _ours("batch/v1/CronJob"),
+          SNAPSHOT],
     finalizer=FINALIZER,
     registry=registry,
     module=__name__,
@@ -76,12 +87,12 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
     )
 
 
-def desired(result: Plan) -> Desired:
+def desired(result: Plan, observed: Observed) -> Desired:
     children: list[Child] = []
     for obj in result.children or []:
         job = obj["kind"] == "Job"
         children.append(Child(obj, mode="create" if job else "apply", force=not job))
-    children += [Child(obj, owned=False, force=True) for obj in result.kept]
+    children += [kept(obj, observed) for obj in result.kept]
     return Desired(
         children=children, prune=result.children is not None,
         status=result.status,
@@ -90,14 +101,25 @@ def desired(result: Plan) -> Desired:
         requeue_after=result.requeue_after, done=result.finalize)
 
 
+def kept(obj: Obj, observed: Observed) -> Child:
+    """An object that outlives the Database. A credentials Secret this run generated
+    passwords for is only ever created: if another router process (or a cache that has not
+    seen it yet) made one meanwhile, that one stays, because a server may already have
+    started with its passwords. An existing Secret is applied with the passwords it has."""
+    fresh_secret = obj["kind"] == "Secret" and observed.secret is None
+    return Child(obj, owned=False, force=True, mode="create" if fresh_secret else "apply")
+
+
 @databases.reconcile
 def reconcile(db: Obj, reads: Reads) -> Desired:
-    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+    observed = observe(db, reads)
+    return desired(lifecycle.plan(db, observed, new_password), observed)
 
 
 @databases.finalize
 def finalize(db: Obj, reads: Reads) -> Desired:
-    return desired(lifecycle.plan(db, observe(db, reads), new_password))
+    observed = observe(db, reads)
+    return desired(lifecycle.plan(db, observed, new_password), observed)
 
 
 @databases.adopts
@@ -108,8 +130,8 @@ def adopts(db: Obj, existing: Obj) -> bool:
         existing, db)
 
 
-@databases.maps("batch/v1/Job", selector=OURS)
-@databases.maps("v1/PersistentVolumeClaim", selector=OURS)
+@databases.maps("batch/v1/Job", selector=MANAGED)
+@databases.maps("v1/PersistentVolumeClaim", selector=MANAGED)
 def database_of(obj: Obj, reads: Reads) -> list[Obj]:
     """A backup Job the CronJob made, a data volume: the Database of their labels."""
     meta = obj.get("metadata") or {}

@@ -9,9 +9,8 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
   its Retain default, and which v1.24 does not even serve), so they stay; so does the
   credentials Secret, never owned (the kept data opens with its passwords, and a Database
   created again under the same name adopts it).
-* ``Delete``: the servers are stopped (StatefulSets deleted, and
-  awaited until gone), then every data volume and the credentials Secret are
-  deleted, then the finalizer goes.
+* ``Delete``: the servers are stopped (see below), then every data volume and the
+  credentials Secret are deleted, then the finalizer goes.
 * ``Snapshot`` with the snapshot API served: the servers are stopped first, so the
   snapshots are of a cleanly shut down data directory; then a VolumeSnapshot of every data
   volume is taken and awaited (``readyToUse``); then the volumes are deleted. A snapshot that
@@ -22,12 +21,19 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
   image) writes to the backup volume while the server still runs; then as with Delete. A
   failed or timed-out backup (the Job's deadline) is reported the same way.
 
+Stopping the servers: each StatefulSet is scaled to zero and the handler waits until its
+controller reports no pod left (PostgreSQL shuts down cleanly on the pod's SIGTERM, writing
+a checkpoint), and only then deletes it. Deleting a StatefulSet at once would not wait for
+anything: it goes at once and the garbage collector stops its pods afterwards, while the
+snapshots were already being taken.
+
 Snapshots, the backup volume and (except with Delete) the Secret have no owner: the
 garbage collector can not take them with the Database.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from eventop.handlers.databases import jobs, lifecycle, observe, status, workload
@@ -107,17 +113,42 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
             return backup
         if observed.job(Names.of(spec.name).final_backup_job) is not None:
             done = [jobs.final_backup_job(spec, running)]
-    if observed.statefulsets:
-        return _Step(("True", "StoppingServers", "waiting for the servers to stop"),
-                     children=done,
-                     deletions=list(observed.statefulsets))
+    stopping = _stop_servers(spec, observed)
+    if stopping is not None:
+        stopping.children += done
+        return stopping
+    stopped = list(observed.statefulsets)  # no pod left: deleted with the next step
     if policy == "Snapshot" and observed.snapshots is not None:
         snapshots = _snapshots(db, spec, observed)
         if not snapshots.finalize:
+            snapshots.deletions = stopped
             return snapshots
     step = _delete_volumes(observed, policy)
     step.children = done
+    step.deletions = stopped + step.deletions
     return step
+
+
+def _stop_servers(spec: DatabaseSpec, observed: Observed) -> _Step | None:
+    """Every StatefulSet scaled to zero, until its controller reports no pod left; None once
+    they are all stopped (or there are none)."""
+    running = [sts for sts in observed.statefulsets if not observe.stopped(sts)]
+    if not running:
+        return None
+    none = replace(spec, replicas=0)
+    scaled = []
+    for sts in observed.statefulsets:
+        major = int(sts["metadata"]["labels"][workload.MAJOR_LABEL])
+        version = observe.sts_version(sts)
+        image = observe.sts_image(sts)
+        if version is None or image is None:  # not one eventop built: delete it as it is
+            continue
+        scaled.append(workload.statefulset(none, (str(version), image), major,
+                                           claim_template=lifecycle._claim_template(sts)))
+    pods = sum(observe.pods(sts) for sts in running)
+    names = ", ".join(sts["metadata"]["name"] for sts in running)
+    return _Step(("True", "StoppingServers",
+                  f"stopping the servers ({names}): {pods} pods left"), children=scaled)
 
 
 def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, str],

@@ -151,6 +151,20 @@ def rolled_out(sts: Obj | None) -> bool:
         and status.get("currentRevision") == status.get("updateRevision"))
 
 
+def pods(sts: Obj) -> int:
+    """How many pods the StatefulSet controller reports it has (ready or not)."""
+    return int(((sts.get("status") or {}).get("replicas")) or 0)
+
+
+def stopped(sts: Obj) -> bool:
+    """Scaled to zero and its controller, having seen that, reports no pod left."""
+    status = sts.get("status") or {}
+    return (int((sts.get("spec") or {}).get("replicas", 1)) == 0
+            and int(status.get("observedGeneration") or 0) >= int(
+                sts["metadata"].get("generation") or 0)
+            and pods(sts) == 0)
+
+
 # -- volumes and snapshots -------------------------------------------------------------
 
 

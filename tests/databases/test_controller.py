@@ -82,6 +82,9 @@ def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
     world.delete(DB, "orders", "shop")
     world.converge(databases)
     assert world.get(DB, "orders", "shop") is not None
+    assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop")["spec"]["replicas"] == 0
+    ready(world, "orders-pg16")  # its controller: no pod left
+    world.converge(databases)
     assert world.get("apps/v1/StatefulSet", "orders-pg16", "shop") is None
     (snapshot,) = world.list("snapshot.storage.k8s.io/v1/VolumeSnapshot", "shop")
     mark(world, "snapshot.storage.k8s.io/v1/VolumeSnapshot", snapshot["metadata"]["name"],
@@ -110,3 +113,25 @@ def test_a_database_created_again_adopts_the_kept_secret_and_its_passwords() -> 
     assert secret["data"]["password"] == password
     new_uid = world.get(DB, "orders", "shop")["metadata"]["uid"]
     assert secret["metadata"]["labels"][PARENT_UID_LABEL] == new_uid
+
+
+def test_a_replica_that_has_not_seen_the_secret_yet_never_changes_the_passwords(
+        monkeypatch: Any) -> None:
+    """Two router processes reconcile the same new Database: one creates the Secret, the
+    other, whose cache has not seen it yet, generates passwords of its own. Its create is
+    refused (409) and must leave the Secret as it is: a server may already have started
+    with the first passwords."""
+    from eventop.engine.reads import Reads
+
+    world = fresh()
+    world.converge(databases)
+    secret = world.get("v1/Secret", "orders-credentials", "shop")
+    seen = Reads.get
+
+    def not_yet(self: Reads, kind: Any, name: str, namespace: str | None = None) -> Any:
+        return None if str(kind) == "v1/Secret" else seen(self, kind, name, namespace)
+    monkeypatch.setattr(Reads, "get", not_yet)
+    before = len(world.writes)
+    world.reconcile(databases, "orders", "shop")
+    assert [w for w in world.writes[before:] if w[1] == "Secret"] == []
+    assert world.get("v1/Secret", "orders-credentials", "shop")["data"] == secret["data"]

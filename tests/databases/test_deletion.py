@@ -13,6 +13,13 @@ BACKUPS = ("PersistentVolumeClaim", "orders-backups")
 DATA = ("PersistentVolumeClaim", "data-orders-pg16-0")
 
 
+def servers_stopped(world: World) -> None:
+    """The StatefulSet controller, scaled to zero, reports every pod gone."""
+    for name in world.names("StatefulSet"):
+        assert world.get("StatefulSet", name)["spec"]["replicas"] == 0
+        world.statefulset_ready(name)
+
+
 def reasons(world: World) -> list[str]:
     return [r for _, r, _ in world.events]
 
@@ -31,12 +38,14 @@ def test_retain_keeps_the_data_volumes_and_the_secret_and_lets_go_at_once() -> N
 def test_delete_stops_the_servers_then_deletes_the_data_volumes_but_not_the_backups() -> None:
     world = created(World(database(deletionPolicy="Delete")))
     world.delete()
-    first = world.reconcile()
-    assert world.db is not None, "the finalizer went before the servers stopped"
-    assert [o["kind"] for o in first.deletions] == ["StatefulSet"]
-    assert world.condition("Deleting")["reason"] == "StoppingServers"
     world.converge()
-    assert world.db is None
+    assert world.db is not None, "the finalizer went before the servers stopped"
+    assert world.get("StatefulSet", "orders-pg16")["spec"]["replicas"] == 0
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    assert DATA in world.objects, "data deleted under a running server"
+    servers_stopped(world)
+    world.converge()
+    assert world.db is None and world.names("StatefulSet") == []
     assert DATA not in world.objects and KEPT_SECRET not in world.objects
     assert BACKUPS in world.objects
     assert "DataDeleted" in reasons(world)
@@ -45,6 +54,11 @@ def test_delete_stops_the_servers_then_deletes_the_data_volumes_but_not_the_back
 def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready() -> None:
     world = created(World(database(replicas=2)))
     world.delete()
+    world.converge()
+    assert world.names("VolumeSnapshot") == [], "snapshots of running servers"
+    assert world.condition("Deleting")["message"] == \
+        "stopping the servers (orders-pg16): 2 pods left"
+    servers_stopped(world)
     world.converge()
     snapshots = world.names("VolumeSnapshot")
     assert snapshots == ["data-orders-pg16-0-6f1c2a9e", "data-orders-pg16-1-6f1c2a9e"]
@@ -68,6 +82,8 @@ def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready
 def test_a_failed_or_late_snapshot_keeps_the_database_and_its_data(failure: str) -> None:
     world = created(World(database()))
     world.delete()
+    world.converge()
+    servers_stopped(world)
     world.converge()
     (snapshot,) = world.names("VolumeSnapshot")
     if failure == "error":
@@ -104,6 +120,9 @@ def test_without_the_snapshot_api_a_final_backup_runs_while_the_server_still_run
     assert world.condition("Deleting")["reason"] == "FinalBackup"
     assert world.names("CronJob") == []  # no scheduled backup competes for the volume
     world.job_done("orders-final-backup")
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    servers_stopped(world)
     world.converge()
     assert world.db is None
     assert DATA not in world.objects and BACKUPS in world.objects

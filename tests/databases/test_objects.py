@@ -192,3 +192,20 @@ def test_a_kept_data_volume_template_is_reused_as_it_is() -> None:
     world.converge()
     template = world.get("StatefulSet", "orders-pg16")["spec"]["volumeClaimTemplates"][0]
     assert template["spec"]["resources"]["requests"]["storage"] == "5Gi"  # immutable
+
+
+def test_everything_a_database_makes_carries_the_label_the_watcher_selects_on() -> None:
+    """The Database handler declares its Services, claims, StatefulSets, Jobs, CronJobs and
+    snapshots with the selector ``app.kubernetes.io/managed-by=eventop``: the router caches,
+    and the watcher (or Knative's ApiServerSource) watches, only those. A Database's objects,
+    the Jobs its CronJob makes and the data volumes its StatefulSet makes must carry it."""
+    from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL
+
+    for obj in every_object(DATABASES["replicated-17"]):
+        made = [obj]
+        if obj["kind"] == "CronJob":
+            made.append(obj["spec"]["jobTemplate"])
+        if obj["kind"] == "StatefulSet":
+            made += obj["spec"]["volumeClaimTemplates"]
+        for meta in (m["metadata"] for m in made):
+            assert meta["labels"][MANAGED_BY_LABEL] == MANAGED_BY, (obj["kind"], meta)

@@ -85,6 +85,9 @@ def test_reconciling_converges_and_passwords_never_change(actions: list[tuple[st
         world.reconcile()
         for name in world.names("VolumeSnapshot"):
             world.snapshot_done(name)
+        for name in world.names("StatefulSet"):  # scaled to zero: its pods stop
+            if world.get("StatefulSet", name)["spec"]["replicas"] == 0:
+                world.statefulset_ready(name)
         for name in world.names("Job"):
             if "status" not in world.get("Job", name):
                 world.job_done(name)

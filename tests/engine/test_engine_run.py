@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from eventop.engine import Child, Controller, Desired, Key, Note, SpecError, UndeclaredKind
+from eventop.engine import (
+    Child,
+    Controller,
+    Desired,
+    Key,
+    Kind,
+    Note,
+    SpecError,
+    UndeclaredKind,
+)
 from eventop.engine.plan import PARENT_UID_LABEL
 from eventop.engine.testing import World
 from eventop.handlers import Registry
@@ -115,6 +124,22 @@ def test_owned_child_no_longer_desired_is_deleted() -> None:
     world.converge(ctl)
     assert world.get("v1/ConfigMap", "a-roster", "teams") is None
     assert ("delete", "ConfigMap", "teams", "a-roster") in world.writes
+
+
+def test_an_optional_owned_kind_the_server_does_not_serve_is_not_pruned_or_read() -> None:
+    """An add-on's kind (VolumeSnapshots) may be owned yet not served: nothing of it can
+    exist, so there is nothing to prune, and the run goes on with the rest."""
+    snapshots = Kind("snapshot.storage.k8s.io/v1/VolumeSnapshot", optional=True)
+    ctl = Controller("teams", parent=TEAM, owns=["v1/ConfigMap", snapshots],
+                     registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        assert not reads.served(snapshots)
+        return Desired(children=[roster(t)])
+    world = World([team("a", ["ann"])], unserved=[snapshots])
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"members": "ann"}
 
 
 def test_nothing_is_created_in_a_terminating_namespace() -> None:

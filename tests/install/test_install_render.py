@@ -17,7 +17,8 @@ pytestmark = pytest.mark.skipif(
 
 EXPECTED = {
     "crds": {("CustomResourceDefinition", n) for n in (
-        "registrymirrors.eventop.dev", "copyrules.eventop.dev", "exchangerates.eventop.dev")},
+        "registrymirrors.eventop.dev", "copyrules.eventop.dev", "exchangerates.eventop.dev",
+        "databases.eventop.dev")},
     "deploy": {("Namespace", "eventop-system"), ("Deployment", "eventop-router"),
                ("Service", "eventop-router"), ("PodDisruptionBudget", "eventop-router"),
                ("Deployment", "eventop-watcher"), ("CronJob", "eventop-rates-refresh"),

@@ -299,6 +299,7 @@ OPENAPI_KINDS = {
     "api/v1": ("", ["Namespace", "ConfigMap", "Secret", "Service", "PersistentVolumeClaim",
                     "Event", "Pod", "ServiceAccount"]),
     "apis/apps/v1": ("apps", ["StatefulSet", "DaemonSet", "Deployment"]),
+    "apis/batch/v1": ("batch", ["Job", "CronJob"]),
     "apis/coordination.k8s.io/v1": ("coordination.k8s.io", ["Lease"]),
     "apis/apiextensions.k8s.io/v1": ("apiextensions.k8s.io", ["CustomResourceDefinition"]),
 }

@@ -1,0 +1,173 @@
+"""Playing the components a test API server lacks, for a Database's children.
+
+The test cluster (``../shared/k8s``) runs the StatefulSet, Job, CronJob, PVC-protection and
+garbage-collector controllers, but no kubelet, no scheduler and no snapshot controller; the
+local API server runs none of the workload controllers. A test plays what is missing, and
+writes only what those components would write:
+
+* the kubelet: a server's pod is Running and Ready (its status). On the cluster the
+  StatefulSet controller then counts it, rolls the next pod and makes the data claims; on
+  the local API server the test plays that controller too (the claims made from the claim
+  templates, the StatefulSet's status);
+* the Job controller's verdict: a Job Complete or Failed (its status);
+* the CronJob controller's run: a Job from the CronJob's template, owned by it (what
+  ``kubectl create job --from=cronjob/...`` makes: the schedule is hours away);
+* the snapshot controller: a VolumeSnapshot ``readyToUse``, or its error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from eventop.kube import Kube
+from eventop.testing import Cluster
+
+Obj = dict[str, Any]
+SNAPSHOTS = "snapshot.storage.k8s.io/v1"
+
+
+def stamp(moment: datetime | None = None) -> str:
+    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rolled_out(sts: Obj | None) -> bool:
+    """Every replica of the StatefulSet's current spec ready, as its controller reports."""
+    if sts is None:
+        return False
+    want, status = sts["spec"].get("replicas", 1), sts.get("status") or {}
+    return (status.get("observedGeneration", 0) >= sts["metadata"]["generation"]
+            and status.get("readyReplicas", 0) == want
+            and status.get("updatedReplicas", 0) == want
+            and status.get("currentRevision") == status.get("updateRevision"))
+
+
+class Components:
+    """The missing components of one test API server (``real``: the test cluster)."""
+
+    def __init__(self, cluster: Cluster, *, real: bool, timeout: float = 60.0) -> None:
+        self.cluster = cluster
+        self.kube: Kube = cluster.kube
+        self.real = real
+        self.timeout = timeout
+
+    def _status(self, api_version: str, kind: str, name: str, namespace: str,
+                status: Obj) -> Obj:
+        return self.kube.patch(api_version, kind, name, namespace, {"status": status},
+                               subresource="status")
+
+    # -- servers ---------------------------------------------------------------------------
+
+    def servers_ready(self, name: str, namespace: str) -> None:
+        """Every pod of StatefulSet ``name`` Ready, through rolling updates and scaling
+        (to zero, too), until the StatefulSet reports them all ready on its current spec
+        (or is gone)."""
+        if not self.real:
+            self._statefulset_controller(name, namespace)
+            return
+
+        def step() -> bool:
+            sts = self.kube.get_or_none("apps/v1", "StatefulSet", name, namespace)
+            if sts is None or rolled_out(sts):
+                return True
+            selector = ",".join(f"{k}={v}" for k, v in
+                                sts["spec"]["selector"]["matchLabels"].items())
+            for pod in self.kube.list("v1", "Pod", namespace, label_selector=selector):
+                if not pod["metadata"].get("deletionTimestamp") and not _ready(pod):
+                    self._pod_ready(pod)
+            return False
+        self.cluster.wait_for(step, self.timeout, f"StatefulSet {name} ready")
+
+    def _pod_ready(self, pod: Obj) -> None:
+        now = stamp()
+        meta = pod["metadata"]
+        self._status("v1", "Pod", meta["name"], meta["namespace"], {
+            "phase": "Running", "startTime": now,
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
+                           for t in ("Initialized", "Ready", "ContainersReady",
+                                     "PodScheduled")]})
+
+    def _statefulset_controller(self, name: str, namespace: str) -> None:
+        """What the StatefulSet controller and the kubelet together make of a StatefulSet:
+        a claim per replica and claim template (labelled with the template's labels and the
+        selector's), and every replica ready on the current revision."""
+        sts = self.kube.get_or_none("apps/v1", "StatefulSet", name, namespace)
+        if sts is None:
+            return
+        spec = sts["spec"]
+        replicas = spec.get("replicas", 1)
+        for template in spec.get("volumeClaimTemplates") or []:
+            for i in range(replicas):
+                claim = f"{template['metadata']['name']}-{name}-{i}"
+                if self.kube.get_or_none("v1", "PersistentVolumeClaim", claim,
+                                         namespace) is None:
+                    self.cluster.put({
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": claim, "namespace": namespace, "labels": {
+                            **(template["metadata"].get("labels") or {}),
+                            **spec["selector"]["matchLabels"]}},
+                        "spec": template["spec"]})
+        revision = f"{name}-" + hashlib.sha256(json.dumps(
+            spec["template"], sort_keys=True).encode()).hexdigest()[:10]
+        self._status("apps/v1", "StatefulSet", name, namespace, {
+            "observedGeneration": sts["metadata"]["generation"], "replicas": replicas,
+            "readyReplicas": replicas, "currentReplicas": replicas,
+            "updatedReplicas": replicas, "availableReplicas": replicas,
+            "currentRevision": revision, "updateRevision": revision})
+
+    # -- Jobs --------------------------------------------------------------------------------
+
+    def job_finished(self, name: str, namespace: str, *, ok: bool = True) -> Obj:
+        """The Job controller's verdict on Job ``name`` (waited for: its CronJob or the
+        router makes it)."""
+        self.cluster.wait_for(lambda: self.cluster.get("batch/v1/Job", name, namespace),
+                              self.timeout, f"Job {name}")
+        started, now = stamp(datetime.now(UTC) - timedelta(seconds=30)), stamp()
+        if ok:
+            status: Obj = {"startTime": started, "completionTime": now, "succeeded": 1,
+                           "conditions": [{"type": "Complete", "status": "True",
+                                           "lastProbeTime": now, "lastTransitionTime": now}]}
+        else:
+            status = {"startTime": started, "failed": 3, "conditions": [{
+                "type": "Failed", "status": "True", "lastProbeTime": now,
+                "lastTransitionTime": now, "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit"}]}
+        return self._status("batch/v1", "Job", name, namespace, status)
+
+    def cronjob_runs(self, cronjob: str, namespace: str, job: str) -> Obj:
+        """A Job from the CronJob's template, owned by it (``kubectl create job --from``)."""
+        cj = self.cluster.wait_for(
+            lambda: self.cluster.get("batch/v1/CronJob", cronjob, namespace), self.timeout,
+            f"CronJob {cronjob}")
+        template = cj["spec"]["jobTemplate"]
+        return self.cluster.put({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job, "namespace": namespace,
+                         "labels": template["metadata"].get("labels") or {},
+                         "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
+                         "ownerReferences": [{
+                             "apiVersion": "batch/v1", "kind": "CronJob", "name": cronjob,
+                             "uid": cj["metadata"]["uid"], "controller": True}]},
+            "spec": template["spec"]})
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def snapshot_ready(self, name: str, namespace: str, *, error: str | None = None) -> Obj:
+        """The snapshot controller's report on VolumeSnapshot ``name``."""
+        self.cluster.wait_for(
+            lambda: self.cluster.get(SNAPSHOTS, "VolumeSnapshot", name, namespace),
+            self.timeout, f"VolumeSnapshot {name}")
+        if error:
+            status: Obj = {"readyToUse": False, "error": {"message": error, "time": stamp()}}
+        else:
+            status = {"readyToUse": True, "creationTime": stamp()}
+        return self._status(SNAPSHOTS, "VolumeSnapshot", name, namespace, status)
+
+
+def _ready(pod: Obj) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or [])

@@ -1,0 +1,137 @@
+"""A Database's life through the watcher, the router and its engine on the real API server
+(``pytest -m cluster``, ``EVENTOP_TEST_KUBECONFIG``): the steps of ``tests.databases.lives``,
+which the default suite runs on the local API server, here with everything a real cluster
+adds: its StatefulSet controller making the pods and data claims and rolling them one by
+one, its Job and garbage-collector controllers, admission (the namespace enforces the
+``restricted`` Pod Security standard, so every pod the Database makes is admitted only if it
+meets it), and the snapshot API installed from its CRDs or absent.
+
+The test cluster has no kubelet and no snapshot controller: the test marks pods Ready,
+Jobs finished and VolumeSnapshots ready, as they would (``tests.databases.play``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from eventop.kube import KubeError
+from eventop.testing import Pipeline, RealCluster, wait_until
+from eventop.testing.cluster import load_crds
+from tests.databases import lives
+from tests.databases.lives import DB, Life
+from tests.databases.play import SNAPSHOTS, Components
+from tests.databases.test_pipeline import EVERY_HANDLER
+
+pytestmark = pytest.mark.cluster
+
+HERE = Path(__file__).resolve().parent
+CRDS = HERE.parents[1] / "crds"
+SNAPSHOT_CRDS = HERE / "schemas"
+TIMEOUT = 90.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> RealCluster:
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    return RealCluster(kubeconfig, [CRDS, SNAPSHOT_CRDS])
+
+
+@contextlib.contextmanager
+def restricted_namespace(cluster: RealCluster) -> Iterator[str]:
+    """A namespace enforcing the restricted Pod Security standard; whatever Database is
+    left in it at the end (a Retain one made again, a failed test) loses its finalizer
+    first, so it can go."""
+    name = f"eventop-db-{uuid.uuid4().hex[:6]}"
+    cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    try:
+        yield name
+    finally:
+        for db in cluster.list(DB, name):
+            with contextlib.suppress(KubeError):
+                cluster.kube.patch("eventop.dev/v1", "Database", db["metadata"]["name"], name,
+                                   {"metadata": {"finalizers": None}})
+        cluster.kube.delete("v1", "Namespace", name)
+
+
+@pytest.fixture
+def with_snapshot_api(cluster: RealCluster) -> Iterator[tuple[Pipeline, str]]:
+    for crd in load_crds([SNAPSHOT_CRDS]):
+        cluster.world.apply(crd, force=True)
+    cluster.wait_for(lambda: not cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]),
+                     60, "the snapshot API served")
+    with restricted_namespace(cluster) as ns, Pipeline(
+            cluster, builtin=EVERY_HANDLER, watcher=True) as pipe:
+        yield pipe, ns
+
+
+@pytest.fixture
+def without_snapshot_api(cluster: RealCluster) -> Iterator[tuple[Pipeline, str]]:
+    """The snapshot CRDs removed for the test (and installed again after it)."""
+    crds = load_crds([SNAPSHOT_CRDS])
+    for crd in crds:
+        with contextlib.suppress(KubeError):
+            cluster.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                                crd["metadata"]["name"])
+    cluster.wait_for(lambda: cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]),
+                     60, "the snapshot API gone")
+    try:
+        with restricted_namespace(cluster) as ns, Pipeline(
+                cluster, builtin=EVERY_HANDLER, watcher=True) as pipe:
+            yield pipe, ns
+    finally:
+        for crd in crds:
+            cluster.world.apply(crd, force=True)
+
+
+def test_a_database_is_served_backed_up_scaled_upgraded_and_snapshotted_when_deleted(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    _pipe, ns = with_snapshot_api
+    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
+                TIMEOUT)
+    lives.serve(life, version="16.10", replicas=1)
+    lives.backups(life)
+    lives.scale(life, 2)
+    lives.minor_upgrade(life, "16.11")
+    lives.major_upgrade(life, 17)
+    snapshots = lives.delete_with_snapshots(life)
+    assert len(snapshots) == 4  # two servers of each major
+
+
+def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    _pipe, ns = with_snapshot_api
+    play = Components(cluster, real=True, timeout=TIMEOUT)
+    keep, scratch = (Life(cluster, play, ns, name, TIMEOUT) for name in ("keep", "scratch"))
+    for life, policy in ((keep, "Retain"), (scratch, "Delete")):
+        life.create(version="16", deletionPolicy=policy)
+    for life in (keep, scratch):
+        life.object("apps/v1/StatefulSet", life.names.statefulset(16))
+        play.servers_ready(life.names.statefulset(16), ns)
+        life.wait("its data volume", lambda life=life: lives.data_volumes(life))
+    lives.delete_retained_then_adopted(keep)
+    lives.delete_deleting_the_data(scratch)
+
+
+def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final_backup(
+        cluster: RealCluster, without_snapshot_api: tuple[Pipeline, str]) -> None:
+    pipe, ns = without_snapshot_api
+    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
+                TIMEOUT)
+    lives.serve(life, version="16", replicas=1)
+    answers: list[requests.Response] = []
+
+    def ready() -> bool:
+        answers.append(requests.get(f"{pipe.url}/readyz", timeout=10))
+        return answers[-1].status_code == 200
+    assert wait_until(ready, 30), answers[-1].text  # an optional API never holds it back
+    lives.delete_with_a_final_backup(life)

@@ -1,0 +1,66 @@
+"""The engine's writes against the local API server (eventop.engine.apiserver.KubeWriter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventop.engine.apiserver import Echoes, KubeWriter
+from eventop.kube import Kube, NotFound
+from eventop.kube.informer import Cache
+
+
+def test_removing_a_finalizer_from_a_parent_already_gone_is_done_not_a_failure(
+        kube: Kube) -> None:
+    """A run that read its parent from a cache that had not yet seen an earlier run remove
+    the last finalizer (and the API server delete the parent) finds it gone: done."""
+    parent: Any = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "held", "namespace": "default", "finalizers": ["eventop.dev/test"]}})
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    current = writer.set_finalizer(parent, "eventop.dev/test", False)
+    kube.delete("v1", "ConfigMap", "held", "default")
+    assert kube.get_or_none("v1", "ConfigMap", "held", "default") is None
+    assert writer.set_finalizer(parent, "eventop.dev/test", False) is parent
+    assert current["metadata"].get("finalizers") is None
+    with pytest.raises(NotFound):  # adding one to a parent that is gone is no success
+        writer.set_finalizer(parent, "eventop.dev/test", True)
+
+
+def test_the_last_finalizer_removed_never_puts_the_deleted_parent_back_in_the_cache(
+        kube: Kube) -> None:
+    """The API server deletes a parent when its last finalizer goes; its informer may see
+    that before the write's answer comes back. Written through, the answer would bring the
+    parent back into the cache (for good: no event ever removes it again)."""
+    from eventop.kube.informer import InformerSpec
+    from eventop.testing import wait_until
+
+    cache = Cache(kube, [InformerSpec("v1", "ConfigMap")]).start()
+    try:
+        assert cache.wait_synced(10)
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "held", "namespace": "default", "finalizers": ["eventop.dev/test"]}})
+        kube.delete("v1", "ConfigMap", "held", "default")
+        store = cache.store("v1", "ConfigMap")
+        assert store is not None
+        assert wait_until(lambda: (store.get("default", "held") or {}).get(
+            "metadata", {}).get("deletionTimestamp"), 10)
+        parent = store.get("default", "held")
+
+        class SeenGoneFirst:
+            """The informer handles the delete before the answer arrives."""
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(kube, name)
+
+            def patch(self, *args: Any, **kwargs: Any) -> Any:
+                answer = kube.patch(*args, **kwargs)
+                assert wait_until(lambda: store.get("default", "held") is None, 10)
+                return answer
+
+        writer = KubeWriter(SeenGoneFirst(), cache, Echoes())  # type: ignore[arg-type]
+        writer.set_finalizer(parent, "eventop.dev/test", False)
+        assert kube.get_or_none("v1", "ConfigMap", "held", "default") is None
+        assert store.get("default", "held") is None
+    finally:
+        cache.stop()

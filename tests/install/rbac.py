@@ -1,6 +1,6 @@
 """Derive RBAC from code: what API requests each component really makes, as RBAC rules.
 
-Three pieces, used by ``test_install_rbac.py``:
+Three pieces, used by ``test_rbac.py``:
 
 * :func:`access_of` maps one API request (method, URL path, query, content type) to the
   RBAC ``(apiGroup, resource[/subresource], verb)`` the API server authorizes it as;

@@ -119,7 +119,7 @@ def env_of(container: Obj) -> dict[str, str]:
 
 def command_of(container: Obj, env: dict[str, str]) -> list[str]:
     """What the image runs for this container: its ENTRYPOINT (``python -m``, checked in
-    test_install_dockerfile) and the args, with ``$(VAR)`` expanded from ``env`` as the
+    test_dockerfile) and the args, with ``$(VAR)`` expanded from ``env`` as the
     kubelet does (an unknown variable stays as written)."""
     def expand(arg: str) -> str:
         return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)

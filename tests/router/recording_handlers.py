@@ -20,7 +20,7 @@ from typing import Any
 
 from eventop.handlers import Event, on
 from eventop.kube.errors import Unavailable
-from tests.router.router_helpers import (
+from tests.router.support import (
     FAIL_TYPE,
     HANDLER_FOR_KIND,
     KUBE_TYPE,

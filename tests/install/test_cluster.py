@@ -1,7 +1,7 @@
 """The install on a real API server (``pytest -m cluster``): both modes accepted by a
 server-side dry run, and the router and the watcher doing their whole job on nothing but
 their own ServiceAccount tokens from ``deploy/``, so least privilege is proven by a real
-RBAC authorizer (the offline derivation is ``test_install_rbac.py``).
+RBAC authorizer (the offline derivation is ``test_rbac.py``).
 """
 
 from __future__ import annotations

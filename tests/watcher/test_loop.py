@@ -2,7 +2,7 @@
 
 A scripted API server makes the rare cases exact and instant: the recorded 410 ERROR event of
 ``watch-expired``, a line cut in half, a non-410 ERROR, a 410 on the watch request itself.
-The same behaviours are exercised through real HTTP in ``test_watcher_localkube.py``.
+The same behaviours are exercised through real HTTP in ``test_localkube.py``.
 """
 
 from __future__ import annotations

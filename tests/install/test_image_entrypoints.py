@@ -28,7 +28,7 @@ import pytest
 import requests
 
 from tests.install.support import REPO, image_env
-from tests.install.test_install_dockerfile import package_dirs
+from tests.install.test_dockerfile import package_dirs
 
 
 def runtime_pins() -> dict[str, str]:

@@ -17,7 +17,7 @@ from eventop.handlers.registry import Registry
 from eventop.kube.errors import NotFound, Unavailable
 from eventop.router.app import DEFAULT_MAX_BODY, KubeProvider, create_app
 from eventop.router.logs import JsonFormatter
-from tests.router.router_helpers import (
+from tests.router.support import (
     binary,
     cloudevent,
     configmap,
@@ -572,7 +572,7 @@ def test_readyz_names_a_missing_crd_and_the_handler_waiting_for_it_without_going
     assert resp.status_code == 200
     assert resp.get_json()["reason"] == (
         "Kubernetes API reachable at http://fake-api; "
-        "tests.router.test_router_app.Recorder.__init__.<locals>.copy_rules wait(s) for the "
+        "tests.router.test_app.Recorder.__init__.<locals>.copy_rules wait(s) for the "
         "CustomResourceDefinitions of CopyRule.eventop.dev/v1: install them with "
         "`kubectl apply -k crds/`")
     kube.crds_installed = True

@@ -12,7 +12,7 @@ from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
 from eventop.router import auth
 from eventop.router.app import create_app
-from tests.router.router_helpers import binary, cloudevent
+from tests.router.support import binary, cloudevent
 
 TOKEN = "s3cret-token-of-32-characters-xx"
 

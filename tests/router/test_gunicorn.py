@@ -21,7 +21,7 @@ from eventop.events import to_cloudevent, to_http
 from eventop.testing.processes import RouterProcess, free_port
 from eventop.testing.waiting import wait_until
 from eventop.watcher.recording import load_recording
-from tests.router.router_helpers import (
+from tests.router.support import (
     FAIL_TYPE,
     HANDLER_FOR_KIND,
     KUBE_TYPE,

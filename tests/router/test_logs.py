@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from eventop.testing.processes import RouterProcess, free_port
-from tests.router.router_helpers import binary, configmap, kube_event
+from tests.router.support import binary, configmap, kube_event
 
 MODULE = "tests.router.recording_handlers"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|"

@@ -19,7 +19,9 @@ Provider failures never touch the ConfigMap and never fail the event: they are r
 status (``Ready=False`` with the reason) and as a Warning Event. An outage the status
 already reports is no reason to ask the sender for redelivery (each retry would hold a
 delivery slot and a router thread for the provider's own retries); the next change of the
-object, and the next scheduled refresh, ask again. Kubernetes API failures do fail the run
+object, and the next scheduled refresh, ask again; an ExchangeRate that has no rate yet (its
+first fetch met an outage) is also asked again every minute, instead of staying empty until
+the hourly refresh. Kubernetes API failures do fail the run
 (retried with backoff; the event is answered 5xx).
 
 A deleted ExchangeRate's ConfigMap carries an ownerReference, so the garbage collector

@@ -108,6 +108,11 @@ def same_values(existing: Obj, desired: Obj) -> bool:
     return all(labels.get(k) == v for k, v in desired["metadata"]["labels"].items())
 
 
+#: A provider outage that leaves an ExchangeRate without any rate is retried this often (the
+#: scheduled refresh, hourly by default, is too late for a rate that was never written).
+RETRY_UNFILLED_SECONDS = 60.0
+
+
 def is_converged(cr: Obj, cm: Obj | None) -> bool:
     """Has this generation already been fetched and written, with the ConfigMap in place?
 
@@ -136,7 +141,8 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
                        f"{cr['metadata'].get('generation')} already written; the refresh "
                        "keeps it fresh")
     if isinstance(answer, ProviderError):
-        return failed(cr, answer.reason, answer.message, now)
+        return failed(cr, answer.reason, answer.message, now,
+                      retry=answer.transient and not _has_rate(cr, cm))
     try:
         wanted = configmap_for(cr, answer)
     except ProviderError as exc:  # the answer lacks this currency
@@ -174,11 +180,24 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
                    events=events, summary=f"ExchangeRate {_name(cr)}: {message}")
 
 
-def failed(cr: Obj, reason: str, message: str, now: str) -> Desired:
-    """A failure reported on the ExchangeRate; its ConfigMap is not touched."""
+def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False) -> Desired:
+    """A failure reported on the ExchangeRate; its ConfigMap is not touched.
+
+    ``retry``: ask again in :data:`RETRY_UNFILLED_SECONDS` (an outage that may pass, and no
+    rate written yet: waiting for the hourly refresh would leave the ConfigMap missing for
+    up to an hour). A rate already written stays until the refresh replaces it."""
     return Desired(prune=False, status=failed_status(cr, reason, message, now),
                    events=[failure_note(reason, message)],
-                   summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
+                   requeue_after=RETRY_UNFILLED_SECONDS if retry else None,
+                   summary=f"ExchangeRate {_name(cr)}: {reason}: {message}"
+                   + (f"; asking again in {RETRY_UNFILLED_SECONDS:g}s" if retry else ""))
+
+
+def _has_rate(cr: Obj, cm: Obj | None) -> bool:
+    """Is a rate of this ExchangeRate's base and currency in its ConfigMap already?"""
+    data = (cm or {}).get("data") or {}
+    return bool(data.get("rate")) and data.get("base") == base_of(cr) \
+        and data.get("currency") == currency_of(cr)
 
 
 def failed_status(cr: Obj, reason: str, message: str, now: str) -> Obj:

@@ -13,6 +13,7 @@ from eventop.engine.testing import World
 from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import rates
+from eventop.handlers.exchange_rates.desired import RETRY_UNFILLED_SECONDS
 from tests.exchange_rates.conftest import BASE_URL, NAMESPACE, exchange_rate
 
 pytestmark = pytest.mark.usefixtures("rates_client")
@@ -141,6 +142,39 @@ def test_an_unavailable_provider_is_reported_and_the_next_change_asks_again(
     world.changed(rates, stored)
     assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert ready(world, "er")["status"] == "True"
+
+
+def test_an_outage_before_any_rate_was_written_is_asked_again_without_waiting_for_the_refresh(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=503)
+    world = World()
+    stored = world.put(exchange_rate("er", "USD"))
+    [first] = world.changed(rates, stored)
+    assert first.requeue_after == RETRY_UNFILLED_SECONDS
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    [again] = [world.reconcile(rates, "er", NAMESPACE)]  # what the queue runs when it is due
+    assert again.requeue_after is None
+    assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+
+
+def test_an_outage_after_a_rate_was_written_waits_for_the_refresh_and_keeps_the_rate(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    requests_mock.get(base_url("EUR"), status_code=503)
+    [result] = world.triggered(rates, Event.simple(REFRESH_TYPE))
+    assert ready(world, "er")["reason"] == "ProviderUnavailable"
+    assert result.requeue_after is None
+    assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+
+
+def test_an_answer_that_asking_again_can_not_fix_is_not_retried(requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=404, json={"message": "not found"})
+    world = World()
+    [result] = world.changed(rates, world.put(exchange_rate("er", "USD")))
+    assert ready(world, "er")["status"] == "False"
+    assert result.requeue_after is None
 
 
 def test_a_foreign_configmap_of_the_same_name_is_left_alone(requests_mock: rm.Mocker) -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for the ExchangeRate tests: a provider client that never sleeps, CR helpers."""
+"""Fixtures for the ExchangeRate tests: a provider client that never sleeps, a loopback
+stand-in, the registry and the router running in this process (helpers: ``support.py``)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,11 @@ import pytest
 
 from demo.provider import RatesStandIn
 from eventop import handlers
-from eventop.engine.runtime import Engine
-from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import FrankfurterClient
-from eventop.handlers.registry import Outcome, Registry
-from tests.support.engine import deliver, running_engine, wait_cached
-
-BASE_URL = "https://rates.test/v1"
-STANDIN_RATES = {"EUR": {"USD": "1.0812", "CHF": "0.9391", "GBP": "0.8352"},
-                 "USD": {"JPY": "153.94"}}
-NAMESPACE = "finance"
-Obj = dict[str, Any]
+from eventop.handlers.registry import Registry
+from tests.exchange_rates.support import BASE_URL, NAMESPACE, STANDIN_RATES, Router
+from tests.support.engine import running_engine
 
 
 @pytest.fixture
@@ -74,44 +68,7 @@ def finance(local_kube: Any) -> Iterator[str]:
     yield NAMESPACE
 
 
-def exchange_rate(name: str, currency: str, base: str | None = None,
-                  namespace: str = NAMESPACE) -> Obj:
-    spec: Obj = {"currency": currency}
-    if base is not None:
-        spec["base"] = base
-    return {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-
-
-class Router:
-    """What the router does with an event, in this process: the ExchangeRate event
-    functions run at once, the controller's runs go through the engine (its cache fed by a
-    list+watch of the local API server) and are waited for."""
-
-    def __init__(self, registry: Registry, kube: Any, engine: Engine) -> None:
-        self.registry, self.kube, self.engine = registry, kube, engine
-
-
 @pytest.fixture
 def router(registry: Registry, kube: Any) -> Iterator[Router]:
     with running_engine(kube, registry) as engine:
         yield Router(registry, kube, engine)
-
-
-def dispatch(router: Router, event: Event) -> list[Outcome]:
-    """Deliver and insist some handler took the event."""
-    outcomes = deliver(router.engine, event, router.registry, router.kube)
-    assert outcomes, f"no handler took {event.type}"
-    return outcomes
-
-
-def put_cached(router: Router, local_kube: Any, obj: Obj) -> Obj:
-    """Create an object, and wait until the engine's cache has it (a refresh reads it)."""
-    stored: Obj = local_kube.put(obj)
-    wait_cached(router.engine, stored)
-    return stored
-
-
-def assert_ok(outcomes: list[Outcome]) -> None:
-    failed = [o for o in outcomes if not o.ok]
-    assert not failed, [o.detail for o in failed]

@@ -14,16 +14,13 @@ from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import rates
 from eventop.handlers.exchange_rates.desired import RETRY_UNFILLED_SECONDS
-from tests.exchange_rates.conftest import BASE_URL, NAMESPACE, exchange_rate
+from tests.exchange_rates.support import BASE_URL, NAMESPACE, base_url, exchange_rate
 
 pytestmark = pytest.mark.usefixtures("rates_client")
 
 ER = "eventop.dev/v1/ExchangeRate"
 Obj = dict[str, Any]
 
-
-def base_url(base: str) -> str:
-    return f"{BASE_URL}/latest?from={base}"
 
 
 def configmap(world: World, name: str, namespace: str = NAMESPACE) -> Obj | None:

@@ -5,70 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import requests
 import requests_mock as rm
 
 from demo.provider import answer
-from eventop import handlers
-from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
-from eventop.kube import Kube
-from tests.exchange_rates.conftest import (
+from tests.exchange_rates.support import (
     BASE_URL,
+    ER,
     NAMESPACE,
     Router,
+    add,
     assert_ok,
+    base_url,
+    configmap,
+    cr,
     dispatch,
     exchange_rate,
-    put_cached,
+    ready,
+    warnings,
 )
-from tests.support.engine import deliver
 
 pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 
-ER = ("eventop.dev/v1", "ExchangeRate")
 Obj = dict[str, Any]
-FIELD_MANAGER = "eventop-exchange-rates"  # derived from the module: handlers write as this
 
-
-def base_url(base: str) -> str:
-    """Matches any ``to=`` for this base (requests-mock matches a subset of the query)."""
-    return f"{BASE_URL}/latest?from={base}"
-
-
-def configmap(local_kube: Any, name: str) -> Obj | None:
-    cm: Obj | None = local_kube.get("v1", "ConfigMap", name, NAMESPACE)
-    return cm
-
-
-def cr(local_kube: Any, name: str) -> Obj:
-    obj: Obj = local_kube.get(*ER, name, NAMESPACE)
-    return obj
-
-
-def ready(obj: Obj) -> Obj:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
-
-
-def warnings(local_kube: Any, name: str) -> list[Obj]:
-    return [e for e in local_kube.list("v1", "Event", NAMESPACE)
-            if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
-
-
-def configmap_writes(local_kube: Any) -> list[tuple[str, str]]:
-    return [(r[0], r[1]) for r in local_kube.requests
-            if "/configmaps" in r[1] and r[0] in ("POST", "PUT", "PATCH", "DELETE")]
-
-
-def add(router: Router, local_kube: Any, obj: Obj) -> Obj:
-    stored: Obj = local_kube.put(obj)
-    assert_ok(dispatch(router, Event.for_object("add", stored)))
-    return stored
-
-
-def refresh(router: Router, type_: str = REFRESH_TYPE) -> None:
-    """A scheduled refresh: one run per ExchangeRate (none without any), none failing."""
-    assert_ok(deliver(router.engine, Event.simple(type_), router.registry, router.kube))
 
 
 # -- one ExchangeRate added or changed ---------------------------------------------------------
@@ -269,241 +229,6 @@ def test_delete_handler_removes_the_configmap_even_before_gc(
         local_kube.put(orphan)
     assert_ok(dispatch(router, Event.for_object("delete", stored)))
     assert configmap(local_kube, "er") is None
-
-
-# -- provider failures leave the last good ConfigMap alone -----------------------------------
-
-FAILURES = {
-    "server-errors": {"status_code": 500, "text": "internal error"},
-    "timeout": {"exc": requests.exceptions.ReadTimeout("read timed out")},
-    "connection-refused": {"exc": requests.exceptions.ConnectionError("refused")},
-    "unknown-currency-404": {"status_code": 404, "json": {"message": "not found"}},
-    "same-currency-422": {"status_code": 422, "json": {"message": "bad currency pair"}},
-    "rate-limited-429": {"status_code": 429, "headers": {"Retry-After": "86400"}},
-    "malformed-json": {"text": '{"amount":1.0,"base":"EUR",'},
-    "no-rates": {"json": {"amount": 1.0, "base": "EUR", "date": "2026-11-21"}},
-    "missing-currency": {"content": answer("EUR", "2026-11-21", GBP="0.85")},
-}
-REASONS = {
-    "server-errors": "ProviderUnavailable", "timeout": "ProviderUnavailable",
-    "connection-refused": "ProviderUnavailable", "unknown-currency-404": "ProviderRejected",
-    "same-currency-422": "ProviderRejected", "rate-limited-429": "ProviderRateLimited",
-    "malformed-json": "MalformedAnswer", "no-rates": "MalformedAnswer",
-    "missing-currency": "MalformedAnswer",
-}
-
-
-@pytest.mark.parametrize("failure", sorted(FAILURES))
-def test_provider_failure_leaves_the_configmap_byte_for_byte(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker,
-        failure: str) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(router, local_kube, exchange_rate("er", "USD"))
-    before = configmap(local_kube, "er")
-    good_status = cr(local_kube, "er")["status"]
-    writes_before = configmap_writes(local_kube)
-
-    requests_mock.get(base_url("EUR"), **FAILURES[failure])  # type: ignore[arg-type]
-    refresh(router)  # provider failures never fail a refresh
-
-    assert configmap(local_kube, "er") == before  # whole object, resourceVersion included
-    assert configmap_writes(local_kube) == writes_before
-    status = cr(local_kube, "er")["status"]
-    condition = ready(cr(local_kube, "er"))
-    assert (condition["status"], condition["reason"]) == ("False", REASONS[failure])
-    assert condition["message"]
-    # the last good values stay in status too
-    assert status["rate"] == good_status["rate"] == "1.0812"
-    assert status["lastSuccessfulFetch"] == good_status["lastSuccessfulFetch"]
-    assert [e["reason"] for e in warnings(local_kube, "er")] == [REASONS[failure]]
-
-
-def test_repeated_failure_does_not_rewrite_status_but_counts_the_event(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), status_code=404, json={"message": "not found"})
-    add(router, local_kube, exchange_rate("er", "USD"))
-    first = cr(local_kube, "er")
-    refresh(router)
-    refresh(router)
-    assert cr(local_kube, "er")["metadata"]["resourceVersion"] == \
-        first["metadata"]["resourceVersion"]
-    (event,) = warnings(local_kube, "er")
-    assert event["count"] == 3
-
-
-# -- the scheduled refresh ---------------------------------------------------------------------
-
-def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "treasury"}})
-    wanted = [("usd", "USD", None, NAMESPACE), ("gbp", "GBP", "EUR", NAMESPACE),
-              ("chf", "CHF", None, "treasury"), ("usd", "USD", "EUR", "treasury"),
-              ("yen", "JPY", "USD", NAMESPACE), ("cad", "CAD", "USD", "treasury")]
-    for name, currency, base, ns in wanted:
-        put_cached(router, local_kube, exchange_rate(name, currency, base, namespace=ns))
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
-                                                      GBP="0.8352", CHF="0.9391"))
-    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94",
-                                                      CAD="1.3985"))
-    refresh(router)
-
-    assert requests_mock.call_count == 2
-    asked = sorted((r.qs["from"][0], r.qs["to"][0]) for r in requests_mock.request_history)
-    assert asked == [("eur", "chf,gbp,usd"), ("usd", "cad,jpy")]
-    rates = {(ns, name): local_kube.get("v1", "ConfigMap", name, ns)["data"]["rate"]
-             for name, _, _, ns in wanted}
-    assert rates == {(NAMESPACE, "usd"): "1.0812", (NAMESPACE, "gbp"): "0.8352",
-                     ("treasury", "chf"): "0.9391", ("treasury", "usd"): "1.0812",
-                     (NAMESPACE, "yen"): "153.94", ("treasury", "cad"): "1.3985"}
-
-
-def test_refresh_rides_out_a_server_error_with_one_retry(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker,
-        sleeps: list[float]) -> None:
-    put_cached(router, local_kube, exchange_rate("er", "USD"))
-    requests_mock.get(base_url("EUR"), [
-        {"status_code": 500, "text": "upstream hiccup"},
-        {"content": answer("EUR", "2026-11-20", USD="1.0812")},
-    ])
-    refresh(router)
-    assert requests_mock.call_count == 2
-    assert len(sleeps) == 1
-    assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
-    assert ready(cr(local_kube, "er"))["status"] == "True"
-    assert warnings(local_kube, "er") == []
-
-
-def test_ping_from_knative_refreshes_like_the_cronjob(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    put_cached(router, local_kube, exchange_rate("er", "PLN"))
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", PLN="4.2735"))
-    refresh(router, PING_TYPE)
-    assert configmap(local_kube, "er")["data"]["rate"] == "4.2735"  # type: ignore[index]
-
-
-def test_unchanged_rate_causes_no_configmap_write(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(router, local_kube, exchange_rate("er", "USD"))
-    before = configmap(local_kube, "er")
-    writes_before = configmap_writes(local_kube)
-    status_before = cr(local_kube, "er")["status"]
-
-    refresh(router)
-    refresh(router)
-
-    assert requests_mock.call_count == 3
-    assert configmap(local_kube, "er") == before  # fetchedAt did not move it either
-    assert configmap_writes(local_kube) == writes_before
-    # status still records each successful fetch (a status write restarts nothing)
-    status = cr(local_kube, "er")["status"]
-    assert status["lastSuccessfulFetch"] > status_before["lastSuccessfulFetch"]
-    assert ready(cr(local_kube, "er"))["lastTransitionTime"] == \
-        ready({"status": status_before})["lastTransitionTime"]
-
-
-def test_new_rate_or_date_is_written(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    add(router, local_kube, exchange_rate("er", "USD"))
-    before = configmap(local_kube, "er")
-    assert before is not None
-
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-23", USD="1.0812"))
-    refresh(router)
-    after_date = configmap(local_kube, "er")
-    assert after_date is not None
-    assert after_date["data"]["date"] == "2026-11-23"
-    assert after_date["data"]["fetchedAt"] > before["data"]["fetchedAt"]
-
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-24", USD="1.0799"))
-    refresh(router)
-    after_rate = configmap(local_kube, "er")
-    assert after_rate is not None
-    assert after_rate["data"]["rate"] == "1.0799"
-    assert int(after_rate["metadata"]["resourceVersion"]) > \
-        int(after_date["metadata"]["resourceVersion"])
-    assert cr(local_kube, "er")["status"]["rate"] == "1.0799"
-
-
-def test_refresh_failure_of_one_base_does_not_stop_the_other(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    put_cached(router, local_kube, exchange_rate("eur-usd", "USD"))
-    put_cached(router, local_kube, exchange_rate("usd-jpy", "JPY", base="USD"))
-    requests_mock.get(base_url("EUR"), status_code=500)
-    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
-    refresh(router)
-    assert configmap(local_kube, "eur-usd") is None
-    assert ready(cr(local_kube, "eur-usd"))["reason"] == "ProviderUnavailable"
-    assert configmap(local_kube, "usd-jpy")["data"]["rate"] == "153.94"  # type: ignore[index]
-
-
-def test_refresh_with_missing_currency_fails_only_that_exchange_rate(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
-    put_cached(router, local_kube, exchange_rate("usd", "USD"))
-    put_cached(router, local_kube, exchange_rate("cad", "CAD"))
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    refresh(router)
-    assert configmap(local_kube, "usd")["data"]["rate"] == "1.0812"  # type: ignore[index]
-    assert configmap(local_kube, "cad") is None
-    condition = ready(cr(local_kube, "cad"))
-    assert condition["reason"] == "MalformedAnswer"
-    assert "without a rate for CAD" in condition["message"]
-
-
-def test_refresh_with_no_exchange_rates_asks_nothing(
-        router: Router, requests_mock: rm.Mocker) -> None:
-    refresh(router)
-    assert requests_mock.call_count == 0
-
-
-def test_refresh_reports_kubernetes_errors_for_redelivery(
-        router: Router, local_kube: Any, requests_mock: rm.Mocker,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from eventop.kube.errors import Unavailable
-
-    put_cached(router, local_kube, exchange_rate("a", "USD"))
-    put_cached(router, local_kube, exchange_rate("b", "GBP"))
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
-                                                      GBP="0.8352"))
-    def flaky(write: Any) -> Any:
-        def write_unless_a(obj: Obj, **kw: Any) -> Obj:
-            if obj["metadata"]["name"] == "a":
-                raise Unavailable("API server overloaded")
-            result: Obj = write(obj, **kw)
-            return result
-        return write_unless_a
-
-    mine = router.kube.for_manager(FIELD_MANAGER)  # what the handlers are given
-    monkeypatch.setattr(mine, "replace", flaky(mine.replace))  # later writes
-    monkeypatch.setattr(mine, "create", flaky(mine.create))  # the first one
-    outcomes = dispatch(router, Event.simple(REFRESH_TYPE))
-    (outcome,) = [o for o in outcomes if not o.ok]
-    assert isinstance(outcome.error, Unavailable)  # answered 5xx: the sender retries
-    assert "finance/a" in outcome.detail
-    assert configmap(local_kube, "b")["data"]["rate"] == "0.8352"  # type: ignore[index]
-
-
-def test_refresh_without_the_crd_installed_is_not_an_error(
-        requests_mock: rm.Mocker, tmp_path: Any) -> None:
-    from eventop.engine.runtime import Engine
-    from eventop.localkube import LocalKube
-
-    server = LocalKube(crd_dir=str(tmp_path))  # no CustomResourceDefinition at all
-    server.start()
-    engine = None
-    try:
-        no_crd = Kube.connect(url=server.url)
-        registry = handlers.load("", builtin="exchange_rates")
-        engine = Engine(registry.controllers, no_crd).start()
-        outcomes = deliver(engine, Event.simple(REFRESH_TYPE), registry, no_crd)
-        assert all(o.ok for o in outcomes)
-        assert "eventop.dev/v1/ExchangeRate" in engine.readiness()[1]  # says what it waits for
-        assert requests_mock.call_count == 0
-    finally:
-        if engine is not None:
-            engine.stop()
-        server.stop()
 
 
 def test_name_longer_than_a_label_value_still_gets_its_configmap(

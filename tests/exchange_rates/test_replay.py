@@ -20,7 +20,7 @@ from demo.provider import RatesStandIn, answer
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.testing import LocalCluster, replay
-from tests.exchange_rates.conftest import (
+from tests.exchange_rates.support import (
     BASE_URL,
     STANDIN_RATES,
     Router,

@@ -1,4 +1,6 @@
-"""CloudEvents on the wire for the router tests, built with the SDK as a real sender would."""
+"""Helpers of the router tests: CloudEvents on the wire, built with the SDK as a real sender
+would, and the router app's stand-ins (a registry of recording handlers, a Kubernetes API that
+only answers pings and discovery); the fixtures built from them are in ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -8,8 +10,13 @@ from typing import Any
 from cloudevents.core.bindings.http import to_binary, to_structured
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
+from flask.testing import FlaskClient
+from prometheus_client import REGISTRY
 
 from eventop.events import kube_extensions
+from eventop.handlers.events import Event
+from eventop.handlers.registry import Registry
+from eventop.kube.errors import NotFound, Unavailable
 
 # Event types of the handlers in tests/router/recording_handlers.py (loaded by router processes
 # only, so the test process never registers them).
@@ -70,3 +77,98 @@ def binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
 def structured(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     message = to_structured(event, FORMAT)
     return dict(message.headers), message.body
+
+
+# -- the router app's stand-ins -------------------------------------------------------------
+
+#: Where :class:`Recorder`'s handlers are defined: their names in outcomes, logs and metrics.
+HANDLERS = f"{__name__}.Recorder.__init__.<locals>"
+
+
+class FakeKube:
+    """Stands in for ``eventop.kube.Kube`` where only ``ping`` and discovery matter."""
+
+    host = "http://fake-api"
+
+    def __init__(self, reachable: bool = True, crds_installed: bool = True) -> None:
+        self.reachable = reachable
+        self.crds_installed = crds_installed
+        self.pings = 0
+
+    def ping(self) -> None:
+        self.pings += 1
+        if not self.reachable:
+            raise Unavailable("version /version: Kubernetes API unreachable at http://fake-api")
+
+    def missing_kinds(self, kinds: set[tuple[str, str]]) -> list[str]:
+        return [] if self.crds_installed else sorted(f"{k}.{v}" for v, k in kinds)
+
+
+class Recorder:
+    """A registry whose handlers remember what they were given."""
+
+    def __init__(self) -> None:
+        self.registry = Registry()
+        self.seen: list[tuple[str, Event, Any]] = []
+        on = self.registry.on
+
+        @on("dev.knative.apiserver.*", api_version="v1", kind="ConfigMap")
+        def configmaps(event: Event, kube: Any) -> str:
+            self.seen.append(("configmaps", event, kube))
+            return "converged"
+
+        @on("dev.knative.apiserver.*", api_version="eventop.dev/v1", kind="CopyRule")
+        def copy_rules(event: Event, kube: Any) -> None:
+            self.seen.append(("copy_rules", event, kube))
+
+        @on("test.any")
+        def any_data(event: Event, kube: Any) -> None:
+            self.seen.append(("any_data", event, kube))
+
+        @on("test.fail")
+        def fails(event: Event, kube: Any) -> None:
+            raise RuntimeError("the handler broke")
+
+        @on("test.fail", "test.unavailable")
+        def survives(event: Event, kube: Any) -> str:
+            self.seen.append(("survives", event, kube))
+            return "still ran"
+
+        @on("test.unavailable")
+        def api_down(event: Event, kube: Any) -> None:
+            raise Unavailable("Kubernetes API unreachable (test)")
+
+        @on("test.notfound")
+        def not_found(event: Event, kube: Any) -> None:
+            raise NotFound("configmaps \"x\" not found", reason="NotFound")
+
+    def handlers(self) -> list[str]:
+        return [name for name, _, _ in self.seen]
+
+
+def post(client: FlaskClient, message: tuple[dict[str, str], bytes], path: str = "/") -> Any:
+    headers, body = message
+    return client.post(path, headers=headers, data=body)
+
+
+def ce_headers(**overrides: str | None) -> dict[str, str]:
+    headers = {"ce-id": "event-1", "ce-source": "/tests", "ce-type": "test.any",
+               "ce-specversion": "1.0", "Content-Type": "application/json"}
+    for key, value in overrides.items():
+        name = key.replace("_", "-")
+        if value is None:
+            headers.pop(name, None)
+        else:
+            headers[name] = value
+    return headers
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def no_kube_configured(monkeypatch: Any, home: Any) -> None:
+    """No Kubernetes API to be found: no URL, kubeconfig or in-cluster service, HOME elsewhere."""
+    for name in ("EVENTOP_KUBE_URL", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))

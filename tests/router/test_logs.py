@@ -1,4 +1,5 @@
-"""What ``python -m eventop.router`` writes on stderr, read as a person or a collector would.
+"""The router's logs (``router/logs.py``): the line each event gets, formatted in this process,
+and what ``python -m eventop.router`` writes on stderr, read as a person or a collector would.
 
 Every line is one JSON object (or, with ``--log-format text``, one text line), gunicorn's own
 messages included: a malformed HTTP request or a shutdown must not add Python's
@@ -8,17 +9,22 @@ messages included: a malformed HTTP request or a shutdown must not add Python's
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from flask.testing import FlaskClient
 
+from eventop.router.logs import JsonFormatter
 from eventop.testing.processes import RouterProcess, free_port
-from tests.router.support import binary, configmap, kube_event
+from tests.router.support import HANDLERS, binary, ce_headers, configmap, kube_event, post
 
 MODULE = "tests.router.recording_handlers"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|"
@@ -102,3 +108,101 @@ for _ in range(3):
     lines = [json.loads(line) for line in proc.stderr.splitlines()]
     assert len(lines) == 1 and lines[0]["logger"] == "py.warnings"
     assert "InsecureRequestWarning: Unverified HTTPS request" in lines[0]["message"]
+
+
+# -- the log lines, formatted in this process --------------------------------------------------
+
+def test_one_structured_log_line_per_event_without_its_data(
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="eventop")
+    obj = configmap("db", "team-b", data={"password": "hunter2-secret"}, uid="L",
+                    resource_version="9")
+    post(client, binary(kube_event("update", obj)))
+    lines = [r for r in caplog.records if r.name == "eventop.router"]
+    assert len(lines) == 1
+    fields = json.loads(JsonFormatter().format(lines[0]))
+    assert fields["message"] == (
+        f"update ConfigMap team-b/db: {HANDLERS}.configmaps: "
+        f"converged (200 in {fields['duration_ms']:g} ms)")
+    assert fields["results"] == [{"handler": f"{HANDLERS}.configmaps",
+                                  "outcome": "ok", "detail": "converged"}]
+    assert {k: fields[k] for k in ("id", "type", "kind", "namespace", "name", "handlers",
+                                   "outcome", "status")} == {
+        "id": "L/9/update", "type": "dev.knative.apiserver.resource.update",
+        "kind": "ConfigMap", "namespace": "team-b", "name": "db",
+        "handlers": [f"{HANDLERS}.configmaps"],
+        "outcome": "ok", "status": 200}
+    assert isinstance(fields["duration_ms"], float) and fields["duration_ms"] >= 0
+    assert all("hunter2-secret" not in JsonFormatter().format(r) for r in caplog.records)
+
+
+
+def test_rejected_event_is_logged_with_the_reason(
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="eventop")
+    client.post("/", headers=ce_headers(ce_source=None, ce_id="bad-1"), data=b"{}")
+    [line] = [r for r in caplog.records if r.name == "eventop.router"]
+    assert line.levelno == logging.WARNING
+    fields = json.loads(JsonFormatter().format(line))
+    assert (fields["id"], fields["outcome"], fields["status"]) == ("bad-1", "invalid", 400)
+    assert "'source' (header ce-source)" in fields["error"]
+
+
+
+def test_json_formatter_writes_one_line_per_record() -> None:
+    try:
+        raise ValueError("line one\nline two")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("eventop.router", logging.ERROR, __file__, 1, "failed %s",
+                                   ("x",), sys.exc_info())
+    record.fields = {"id": "e-1"}
+    text = JsonFormatter().format(record)
+    assert "\n" not in text
+    parsed = json.loads(text)
+    assert parsed["message"] == "failed x" and parsed["id"] == "e-1"
+    assert "ValueError: line one\nline two" in parsed["traceback"]
+
+
+
+def test_line_handler_writes_whole_json_lines_to_its_descriptor(tmp_path: Any) -> None:
+    from eventop.router.logs import LineHandler
+
+    path = tmp_path / "log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        handler = LineHandler(fd)
+        handler.setFormatter(JsonFormatter())
+        logger = logging.getLogger("eventop.test.linehandler")
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            logger.warning("first")
+            logger.warning("second %s", "é", extra={"fields": {"id": "x"}})
+        finally:
+            logger.removeHandler(handler)
+    finally:
+        os.close(fd)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(line["message"], line.get("id")) for line in lines] == [
+        ("first", None), ("second é", "x")]
+
+
+
+def test_logging_setup_leaves_configured_logging_alone_unless_forced(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventop.router import logs
+
+    logger = logging.getLogger("eventop")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "propagate", True)
+    root_handler = logging.NullHandler()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [root_handler])
+    logs.configure()
+    assert logger.handlers == [] and logger.propagate  # pytest's or the host's handlers win
+    logs.configure(force=True)
+    [ours] = logger.handlers
+    assert isinstance(ours.formatter, JsonFormatter) and not logger.propagate
+    logs.configure(force=True)
+    assert logger.handlers == [ours]  # idempotent

@@ -21,6 +21,8 @@ import time
 import warnings
 from typing import Any
 
+from eventop.events import is_kube_type
+
 LOGGER = "eventop"
 # One encoder for all lines: json.dumps(..., default=str) builds a new encoder per call,
 # which doubles the cost of the per-event log line.
@@ -79,7 +81,7 @@ def event_message(info: dict[str, Any], status: int, duration_ms: float,
     the log tells what happened without a lookup of the ``results`` field.
     """
     type_ = str(info.get("type") or "")
-    change = type_.rpartition(".")[2] if type_.startswith(_KUBE_TYPE_PREFIXES) else type_
+    change = type_.rpartition(".")[2] if is_kube_type(type_) else type_
     name = "/".join(p for p in (info.get("namespace"), info.get("name")) if p)
     about = (" ".join(p for p in (change, info.get("kind"), name) if p)
              or " ".join(p for p in ("event", info.get("id")) if p))
@@ -94,8 +96,6 @@ def event_message(info: dict[str, Any], status: int, duration_ms: float,
         said = "no handler wants it"
     return f"{about}: {said} ({status} in {duration_ms:g} ms)"
 
-
-_KUBE_TYPE_PREFIXES = ("dev.knative.apiserver.resource.", "dev.knative.apiserver.ref.")
 
 
 def _short(handler: str) -> str:

@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eventop.engine.kinds import Kind, merge_kinds
 from eventop.handlers.events import Event
@@ -44,10 +44,11 @@ from eventop.kube.resources import is_custom
 
 if TYPE_CHECKING:
     from eventop.engine.controller import Controller
+    from eventop.kube import Kube
 
 log = logging.getLogger("eventop.handlers")
 
-HandlerFn = Callable[[Event, Any], "str | None"]
+HandlerFn = Callable[[Event, "Kube"], "str | None"]
 BUILTIN_PREFIX = "eventop.handlers."
 
 
@@ -222,7 +223,7 @@ class Registry:
     def matching(self, event: Event) -> list[Registration]:
         return [r for r in self._regs.values() if r.wants(event)]
 
-    def dispatch(self, event: Event, kube: Any) -> list[Outcome]:
+    def dispatch(self, event: Event, kube: Kube) -> list[Outcome]:
         """Run every matching event function once, each with a ``kube`` writing under its
         own field manager; exceptions are captured in the outcomes, not raised."""
         outcomes = []
@@ -242,7 +243,7 @@ def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-def _for_manager(kube: Any, manager: str) -> Any:
+def _for_manager(kube: Kube, manager: str) -> Kube:
     """``kube`` writing as ``manager`` (a test's stand-in without that ability as it is)."""
     for_manager = getattr(kube, "for_manager", None)
     return for_manager(manager) if callable(for_manager) else kube

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
@@ -36,6 +36,9 @@ from eventop.kube.resources import is_custom
 from eventop.router import auth, logs, metrics
 from eventop.router.dispatch import EngineProvider, run_controllers
 from eventop.router.parse import BadEvent, headers_from_environ, parse_lowered
+
+if TYPE_CHECKING:
+    from eventop.kube import Kube
 
 log = logging.getLogger("eventop.router")
 
@@ -66,13 +69,13 @@ class KubeProvider:
     a fork would interleave two processes' traffic on one socket).
     """
 
-    def __init__(self, kube: Any = None) -> None:
+    def __init__(self, kube: Kube | None = None) -> None:
         self._fixed = kube
-        self._kube: Any = None
+        self._kube: Kube | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> Any:
+    def get(self) -> Kube:
         """The ``Kube``; raises :class:`eventop.kube.errors.Unavailable` if none can be
         configured."""
         if self._fixed is not None:
@@ -198,7 +201,7 @@ def controller_outcomes(engines: EngineProvider, event: Event) -> list[Outcome]:
         return [Outcome("engine", False, 0.0, str(exc), exc)]
 
 
-def create_app(registry: Registry | None = None, kube: Any = None) -> Flask:
+def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Flask:
     """The router app. ``registry`` defaults to :func:`eventop.handlers.load` (built-in
     handlers plus ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per
     worker process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster)."""

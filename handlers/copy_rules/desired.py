@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from eventop.kube.objects import (
+from eventop.kube import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     content_hash,

@@ -40,8 +40,7 @@ from typing import Any
 
 import requests
 
-from eventop.kube import now_rfc3339
-from eventop.kube.backoff import retry_after
+from eventop.kube import now_rfc3339, retry_after
 
 log = logging.getLogger("eventop.exchange_rates.provider")
 

@@ -38,7 +38,7 @@ from eventop.handlers.mirrors.desired import (
     made_for,
 )
 from eventop.handlers.registry import Registry
-from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL
+from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL
 
 #: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
 registry = Registry()

@@ -47,8 +47,7 @@ from eventop.handlers.mirrors.status import (
     compute_status,
     transition_notes,
 )
-from eventop.kube import is_owned_by, now_rfc3339
-from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, get_condition
+from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, get_condition, is_owned_by, now_rfc3339
 
 Obj = dict[str, Any]
 

@@ -21,8 +21,7 @@ from typing import Any
 from eventop.engine import Note
 from eventop.handlers.mirrors import build
 from eventop.handlers.mirrors.build import Names
-from eventop.kube import set_condition
-from eventop.kube.objects import get_condition
+from eventop.kube import get_condition, set_condition
 
 Obj = dict[str, Any]
 

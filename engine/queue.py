@@ -109,6 +109,12 @@ class WorkQueue:
         with self._cond:
             return len(self._ready)
 
+    def idle(self) -> bool:
+        """Nothing queued, running or waiting for a delay."""
+        with self._cond:
+            return not self._ready and not self._delayed and not any(
+                s.running or s.queued for s in self._states.values())
+
     def add(self, item: Item, ticket: Ticket | None = None) -> None:
         """Request a run of ``item``; ``ticket`` completes after a run started from now."""
         with self._cond:

@@ -124,6 +124,8 @@ class Engine:
         self._conflicts: dict[str, set[str]] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        #: Set once every controller's parents were queued for their first run.
+        self.started = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -155,7 +157,9 @@ class Engine:
                     store = self._store(*ctl.parent.key)
                     for parent in store.items() if store is not None else ():
                         self._add(ctl, Key.of(parent), None)
-            self._stop.wait(0.2)
+            if pending:
+                self._stop.wait(0.2)
+        self.started.set()
 
     # -- readiness -------------------------------------------------------------------
 

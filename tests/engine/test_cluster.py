@@ -1,0 +1,84 @@
+"""The router's cache on the real API server: it stays current across an API server restart
+(its watches break and resume, or re-list), with no change lost. Needs the state directory of
+``../shared/k8s/cluster`` (``EVENTOP_TEST_CLUSTER_DIR``) to restart the API server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from eventop.kube import Kube
+from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.reflector import Backoff, WatchSettings
+from eventop.testing.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cache_after_an_api_server_restart_holds_every_change() -> None:
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    state = os.environ.get("EVENTOP_TEST_CLUSTER_DIR")
+    script = Path(os.environ.get("EVENTOP_TEST_CLUSTER_SCRIPT")
+                  or REPO.parent / "shared" / "k8s" / "cluster")
+    if not (kubeconfig and state and script.exists()):
+        pytest.skip("needs EVENTOP_TEST_KUBECONFIG and EVENTOP_TEST_CLUSTER_DIR (the state dir "
+                    "of ../shared/k8s/cluster) to restart the API server")
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    ns = f"cache-{uuid.uuid4().hex[:6]}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    def cm(name: str, value: str) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns}, "data": {"v": value}}
+
+    cache = Cache(kube, [InformerSpec("v1", "ConfigMap")],
+                  settings=WatchSettings(resync_seconds=0, backoff=Backoff(0.2, 2.0))).start()
+    try:
+        assert cache.wait_synced(30)
+        store = cache.informers[("v1", "ConfigMap")].store
+        assert store is not None
+        kube.create(cm("before", "1"))
+        kube.create(cm("changed", "1"))
+        assert wait_until(lambda: store.get(ns, "changed") is not None, 20)
+
+        restarted = threading.Event()
+
+        def restart() -> None:
+            subprocess.run([str(script), "restart-apiserver", state, "5"], check=True,
+                           capture_output=True, timeout=180)
+            restarted.set()
+
+        threading.Thread(target=restart, daemon=True).start()
+        assert wait_until(restarted.is_set, 180), "the API server did not come back"
+        assert wait_until(lambda: _answers(kube), 60)
+        kube.delete("v1", "ConfigMap", "before", ns)
+        kube.replace({**kube.get("v1", "ConfigMap", "changed", ns), "data": {"v": "2"}})
+        kube.create(cm("after", "1"))
+
+        def current() -> bool:
+            changed = store.get(ns, "changed")
+            return (store.get(ns, "before") is None and store.get(ns, "after") is not None
+                    and changed is not None and changed["data"] == {"v": "2"})
+
+        assert wait_until(current, 60), sorted(o["metadata"]["name"] for o in store.list(ns))
+        listed = {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+                  for o in kube.list("v1", "ConfigMap", ns)}
+        cached = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in store.list(ns)}
+        assert cached == listed
+    finally:
+        cache.stop()
+        kube.delete("v1", "Namespace", ns)
+
+
+def _answers(kube: Kube) -> bool:
+    try:
+        kube.ping()
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,249 @@
+"""The engine as the router runs it, against the local API server over HTTP: its cache (a
+real list+watch), its queue, and what each event costs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from eventop.engine import Controller, Desired, Key, Note
+from eventop.engine.queue import Result, Ticket, WorkQueue
+from eventop.engine.runtime import CacheBehind, Engine, EngineSettings
+from eventop.handlers.events import Event
+from eventop.handlers.registry import Registry
+from eventop.testing.waiting import wait_until
+
+Obj = dict[str, Any]
+NS = "teams"
+
+
+def cm(name: str, data: Obj | None = None, **meta: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NS, **meta}, "data": dict(data or {})}
+
+
+class Counting:
+    """A controller over ConfigMaps labelled ``team``: each one wants a ``<name>-copy``
+    ConfigMap; its runs are counted and can be held to see what arrives meanwhile."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.started = threading.Event()
+        self.ctl = Controller("counting", parent="v1/ConfigMap", owns=["v1/Secret"],
+                              registry=Registry(), module="tests.engine")
+        self.ctl.reconcile(self.reconcile)
+
+    def reconcile(self, parent: Obj, reads: Any) -> Desired:
+        if parent["metadata"]["name"] == "kube-root-ca.crt":  # every namespace has one
+            return Desired()
+        self.runs.append(parent["metadata"]["name"])
+        self.started.set()
+        assert self.hold.wait(30)
+        name = parent["metadata"]["name"]
+        return Desired([{"apiVersion": "v1", "kind": "Secret",
+                         "metadata": {"name": f"{name}-copy", "namespace": NS},
+                         "stringData": {"v": (parent.get("data") or {}).get("v", "")}}],
+                       status=None, events=[Note("Normal", "Seen", "a run")])
+
+
+@pytest.fixture
+def counting() -> Counting:
+    return Counting()
+
+
+@pytest.fixture
+def engine(local_kube: Any, kube: Any, counting: Counting) -> Iterator[Engine]:
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([counting.ctl], kube, settings=EngineSettings(workers=2, cache_wait=5.0))
+    eng.start()
+    assert wait_until(lambda: eng.readiness()[0], 20), eng.readiness()
+    assert eng.started.wait(20) and wait_until(eng.queue.idle, 20)  # first runs done
+    yield eng
+    eng.stop()
+
+
+def submit(engine: Engine, change: str, obj: Obj) -> Ticket:
+    ticket, _notes = engine.submit(Event.for_object(change, obj))
+    return ticket
+
+
+def requests_since(local_kube: Any, start: int) -> list[tuple[str, str]]:
+    """What the engine asked the API server, its cache's watches aside."""
+    return [(r[0], r[1]) for r in local_kube.requests[start:] if "watch=true" not in r[2]]
+
+
+def test_n_events_for_one_key_during_a_run_cost_one_more_run(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    first = local_kube.put(cm("a", {"v": "1"}))
+    counting.hold.clear()
+    ticket = submit(engine, "add", first)
+    assert counting.started.wait(10)  # the first run is under way, held
+    later = []
+    for i in range(2, 12):  # ten changes while it runs
+        later.append(submit(engine, "update", local_kube.put(cm("a", {"v": str(i)}))))
+    assert not ticket.wait(0.2) and not any(t.wait(0) for t in later)
+    counting.hold.set()
+    assert ticket.wait(20) and all(t.wait(20) for t in later)
+    assert counting.runs == ["a", "a"]  # the held run, then one for all ten
+    assert local_kube.get("v1", "Secret", "a-copy", NS)["data"]["v"] == "MTE="  # "11": last
+    assert engine.queue.merged >= 9
+
+
+def test_an_event_is_answered_after_a_run_that_started_after_it(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    obj = local_kube.put(cm("b", {"v": "1"}))
+    counting.hold.clear()
+    first = submit(engine, "add", obj)
+    assert counting.started.wait(10)
+    second = submit(engine, "update", local_kube.put(cm("b", {"v": "2"})))
+    counting.hold.set()
+    assert first.wait(20)
+    assert second.wait(20)
+    assert counting.runs == ["b", "b"]  # the run under way did not answer the second event
+    assert local_kube.get("v1", "Secret", "b-copy", NS)["data"]["v"] == "Mg=="  # "2"
+
+
+def test_the_echo_of_an_own_write_costs_no_run_and_no_request(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    parent = local_kube.put(cm("c", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    assert counting.runs == ["c"]
+    child = local_kube.get("v1", "Secret", "c-copy", NS)
+    start, runs = len(local_kube.requests), engine.queue.started
+    ticket, notes = engine.submit(Event.for_object("add", child))
+    assert ticket.wait(5)
+    assert notes == {"counting": "echo of its own write"}
+    assert engine.queue.started == runs and counting.runs == ["c"]
+    assert requests_since(local_kube, start) == []
+    # a change by someone else (another resourceVersion) is no echo: the child is restored
+    local_kube.put({**child, "data": {"v": "aGFuZA=="}})
+    changed = local_kube.get("v1", "Secret", "c-copy", NS)
+    assert submit(engine, "update", changed).wait(20)
+    assert counting.runs == ["c", "c"]
+
+
+def test_a_parent_update_that_changes_only_its_status_costs_no_run(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    parent = local_kube.put(cm("d", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    relabelled = local_kube.put({**parent, "metadata": {**parent["metadata"],
+                                                        "annotations": {"x": "y"}}})
+    assert submit(engine, "update", relabelled).wait(20)
+    assert counting.runs == ["d", "d"]  # metadata changed: a run
+    stored = local_kube.get("v1", "ConfigMap", "d", NS)
+    ticket, notes = engine.submit(Event.for_object("update", stored))  # same object again
+    assert ticket.wait(5)
+    assert notes == {"counting": "only status or resourceVersion changed"}
+    assert counting.runs == ["d", "d"]
+
+
+def test_an_event_newer_than_the_cache_waits_for_it_and_one_it_never_reaches_is_a_503(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    obj = local_kube.put(cm("e", {"v": "1"}))
+    ahead = {**obj, "metadata": {**obj["metadata"], "name": "f",
+                                 "resourceVersion": str(int(obj["metadata"]["resourceVersion"])
+                                                        + 1000)}}
+    fast = EngineSettings(workers=1, cache_wait=0.5)
+    engine.settings = fast
+    with pytest.raises(CacheBehind, match="did not reach resourceVersion"):
+        engine.submit(Event.for_object("add", ahead))
+    assert submit(engine, "add", obj).wait(20)  # the cache has this one: runs
+    assert counting.runs == ["e"]
+
+
+def test_the_cache_relists_after_the_watch_history_expired(
+        engine: Engine, local_kube: Any) -> None:
+    kept = local_kube.put(cm("kept"))
+    gone = local_kube.put(cm("gone"))
+    informer = engine.cache.informer("v1", "ConfigMap")
+    assert informer is not None and wait_until(lambda: informer.holds(gone), 10)
+    local_kube.set_unavailable(True)  # the cache loses its watch and cannot come back yet
+    local_kube.remove("v1", "ConfigMap", "gone", NS)
+    changed = local_kube.put(cm("kept", {"v": "2"}))
+    added = local_kube.put(cm("added"))
+    local_kube.compact()  # the history it would resume from is gone: 410 Expired
+    local_kube.set_unavailable(False)
+    store = informer.store
+    assert store is not None
+    assert wait_until(lambda: store.get(NS, "added") is not None, 30)
+    assert store.get(NS, "gone") is None
+    assert store.get(NS, "kept")["metadata"]["resourceVersion"] == \
+        changed["metadata"]["resourceVersion"] != kept["metadata"]["resourceVersion"]
+    assert store.get(NS, "added")["metadata"]["uid"] == added["metadata"]["uid"]
+    lists = [r for r in local_kube.requests if r[0] == "GET"
+             and r[1] == "/api/v1/configmaps" and "watch=true" not in r[2]]
+    assert len(lists) == 2  # the first list and the one after 410
+
+
+def test_a_handler_reading_a_kind_it_did_not_declare_fails_naming_it(
+        local_kube: Any, kube: Any) -> None:
+    ctl = Controller("nosy", parent="v1/ConfigMap", registry=Registry(), module="tests.engine")
+    ctl.reconcile(lambda parent, reads: reads.list("v1/Pod") and Desired())
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=1)).start()
+    try:
+        assert wait_until(lambda: eng.readiness()[0], 20)
+        ticket, _ = eng.submit(Event.for_object("add", local_kube.put(cm("g"))))
+        assert ticket.wait(20)
+        (result,) = ticket.results.values()
+        assert not result.ok
+        assert result.detail == (
+            "UndeclaredKind: handler 'nosy' read v1/Pod, which it did not declare: add "
+            "'v1/Pod' to its reads=[...] (or owns=[...]) so that the router caches and "
+            "watches it and RBAC grants it")
+    finally:
+        eng.stop()
+
+
+# -- the queue alone -----------------------------------------------------------------------
+
+
+def test_queue_merges_requests_for_a_queued_key_and_runs_a_dirty_key_once_more() -> None:
+    queue = WorkQueue()
+    tickets = [Ticket() for _ in range(5)]
+    for t in tickets[:3]:
+        queue.add("k", t)
+    assert len(queue) == 1
+    assert queue.get(0) == "k"
+    for t in tickets[3:]:
+        queue.add("k", t)  # while running: dirty
+    assert len(queue) == 0
+    queue.done(Result("k", True, "first"))
+    assert [t.seal().wait(0) for t in tickets] == [True, True, True, False, False]
+    assert queue.get(0) == "k"
+    queue.done(Result("k", True, "second"))
+    assert all(t.wait(0) for t in tickets)
+    assert tickets[4].results["k"].detail == "second"
+    assert queue.get(0) is None
+
+
+def test_queue_backs_off_a_failing_key_alone() -> None:
+    from eventop.kube.backoff import Backoff
+
+    queue = WorkQueue(Backoff(10.0, 60.0))
+    queue.add("bad")
+    queue.add("good")
+    assert queue.get(0) == "bad"
+    delay = queue.retry("bad")
+    queue.done(Result("bad", False, "failed"))
+    assert delay >= 5.0
+    assert queue.get(0) == "good"  # the other key flows
+    queue.done(Result("good", True))
+    assert queue.get(0.1) is None  # the failing one waits for its backoff
+    queue.add_after("soon", 0.05)
+    assert queue.get(2) == "soon"
+
+
+def test_key_of_an_owned_child_is_its_controllers() -> None:
+    counting = Counting()
+    child = {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "x-copy", "namespace": NS, "ownerReferences": [
+                 {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u",
+                  "controller": True}]}}
+    reads: Any = None  # owner mapping reads nothing
+    assert counting.ctl.keys_for(child, reads, parent_namespaced=True) == {Key(NS, "x")}

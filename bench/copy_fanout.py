@@ -1,131 +1,228 @@
-"""Fan-out benchmark: one CopyRule source copied into N namespaces on the local API server.
+"""Fan-out: one source change reaches 1,000 namespaces, through the whole pipeline.
 
-Prints, for each phase, wall time, API requests by verb and the writes made, so the cost of
-an event can be compared with the targets of issue 4: one write per target namespace, no
-namespace listing per event where avoidable, and zero writes when a resync finds nothing
-changed. Asserts nothing (benchmarks print; tests assert).
+A CopyRule copies one ConfigMap into N namespaces (1,000 by default); once every copy is in
+place, the source is changed and the clock runs until the last copy holds the new data,
+seen by a watch of the copies. Printed: that time, and the router's API requests while it
+ran (from its ``/metrics``): the writes (target: exactly one per copy) and anything else.
+Then a resync with nothing changed (the rule's and the source's update events again): its
+writes and reads (target: none). Asserts nothing.
 
-    .venv/bin/python bench/copy_fanout.py [--namespaces 1000]
+    .venv/bin/python bench/copy_fanout.py [--kubeconfig PATH] [--namespaces 1000]
+
+On the real API server named by ``--kubeconfig`` (or ``KUBECONFIG``), or one started from
+``../shared/k8s/cluster`` when that is present; else on the local API server (localkube).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections import Counter
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eventop.handlers.copy_rules import desired  # noqa: E402
-from eventop.handlers.events import Event  # noqa: E402
-from eventop.handlers.registry import registry  # noqa: E402
+import requests  # noqa: E402
+import yaml  # noqa: E402
+
+from bench.copy_latency import QUIET, SHARED, diff, kube_requests, wait_quiet  # noqa: E402
+from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
-from eventop.localkube import LocalKube  # noqa: E402
+from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
 
+CLUSTER = SHARED / "k8s" / "cluster"
+WRITES = ("create", "update", "apply", "patch", "delete")
+warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 Obj = dict[str, Any]
-SOURCE = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": "registry-config", "namespace": "default",
-                       "labels": {"copyrator": "true"}},
-          "data": {"mirror": "mirror.internal:5000"}}
-RULE = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": "main-rule"},
-        "spec": {"ruleType": "configmap", "namespaces": ["default"],
-                 "selector": {"matchLabels": {"copyrator": "true"}}}}
 
 
-def verb(method: str, query: str) -> str:
-    if method == "GET":
-        return "list" if "limit=" in query else "get"
-    if method == "PATCH":
-        return "patch/apply"
-    return {"POST": "create", "PUT": "update", "DELETE": "delete"}.get(method, method)
+class Copies:
+    """A watch of the rule's copies: when each first held a given value."""
+
+    def __init__(self, kube: Kube, selector: str) -> None:
+        self.kube, self.selector = kube, selector
+        self.value: dict[str, str] = {}
+        self.at: dict[tuple[str, str], float] = {}
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        res = self.kube.resource("v1", "ConfigMap")
+        rv = ""
+        for page in self.kube.pages(res, label_selector=self.selector):
+            for item in page["items"]:
+                self._saw(item, time.monotonic())
+            rv = str(page["metadata"].get("resourceVersion") or rv)
+        self.ready.set()
+        while not self._stop.is_set():
+            try:
+                query = [("resourceVersion", rv), ("timeoutSeconds", 30),
+                         ("labelSelector", self.selector)]
+                for line in self.kube.iter_watch(res, None, query, (5.0, 40.0)):
+                    now = time.monotonic()
+                    event = json.loads(line)
+                    rv = event["object"]["metadata"].get("resourceVersion", rv)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._saw(event["object"], now)
+            except Exception:
+                time.sleep(0.2)
+
+    def _saw(self, obj: Obj, at: float) -> None:
+        ns, value = obj["metadata"]["namespace"], (obj.get("data") or {}).get("v", "")
+        self.value[ns] = value
+        self.at.setdefault((ns, value), at)
+
+    def holding(self, value: str) -> int:
+        return sum(1 for v in self.value.values() if v == value)
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
-def _is_copy_path(path: str) -> bool:
-    """A ConfigMap path (collection for a create, object otherwise) outside the source's
-    namespace: ``/api/v1/namespaces/<ns>/configmaps[/<name>]``."""
-    parts = path.split("/")
-    return len(parts) >= 6 and parts[5] == "configmaps" and parts[4] != "default"
+def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
+    run_id = uuid.uuid4().hex[:6]
+    prefix = f"fan{run_id}"
+    src = f"{prefix}-src"
+    names = [f"{prefix}-{i:04d}" for i in range(count)]
+    label = {"eventop-fanout": run_id}
+
+    def make_namespace(name: str, labels: Obj | None = None) -> None:
+        world.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": name, "labels": labels or {}}})
+
+    wait_quiet(world)
+    print(f"fan-out: one source into {count} namespaces, {where}")
+    start = time.monotonic()
+    make_namespace(src)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: make_namespace(n, label), names))
+    print(f"  {count} namespaces created in {time.monotonic() - start:.1f} s")
+    source = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "shared-settings", "namespace": src,
+                           "labels": {"eventop-fanout": "source"}}, "data": {"v": "1"}}
+    world.create(source)
+    rule = f"{prefix}-rule"
+    world.create({"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": rule},
+                  "spec": {"ruleType": "configmap", "namespaces": [src],
+                           "selector": {"matchLabels": {"eventop-fanout": "source"}},
+                           "targetNamespaces": {"selector": {"matchLabels": label}}}})
+    copies = Copies(world, f"eventop.dev/copy-rule={rule}")
+    log_dir = tempfile.mkdtemp(prefix="eventop-fanout-")
+    router = RouterProcess(env, log_dir=log_dir)
+    watcher = WatcherProcess(router.url, env, log_dir=log_dir)
+    try:
+        copies.ready.wait(60)
+        start = time.monotonic()
+        deadline = start + 600
+        while copies.holding("1") < count and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print(f"  first copies: {copies.holding('1')} in place {time.monotonic() - start:.1f} s "
+              "after the router started (caches listed, rule run, creates)")
+        time.sleep(5.0)  # the echoes of the creates come back, the status settles
+
+        before = kube_requests(router.url)
+        changed = world.get("v1", "ConfigMap", "shared-settings", src)
+        t0 = t0_change = time.monotonic()
+        world.replace({**changed, "data": {"v": "2"}})
+        deadline = t0 + 120
+        while copies.holding("2") < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        last = max((copies.at.get((ns, "2"), float("nan")) for ns in names), default=0.0)
+        time.sleep(5.0)  # the echoes of those writes come back
+        spent = diff(kube_requests(router.url), before)
+        writes = sum(v for k, v in spent.items() if k in WRITES)
+        print(f"  a source change reached {copies.holding('2')}/{count} copies in "
+              f"{last - t0:.3f} s (target < 1 s); router requests {dict(sorted(spent.items()))}: "
+              f"{writes} writes (target exactly {count}), "
+              f"{sum(spent.values()) - writes} other requests")
+
+        before = kube_requests(router.url)
+        with requests.Session() as session:
+            for obj in (world.get("eventop.dev/v1", "CopyRule", rule),
+                        world.get("v1", "ConfigMap", "shared-settings", src)):
+                headers, body = to_http(to_cloudevent("update", obj, world.host))
+                session.post(router.url, data=body, headers=headers, timeout=120)
+        spent = diff(kube_requests(router.url), before)
+        print(f"  resync of the rule and the source, nothing changed: router requests "
+              f"{dict(spent) or 0} (target: no write, no read)")
+
+        # The floor on this machine now: the same 1,000 writes from a bare client (16
+        # threads, no router, no watcher, no engine), with the router stopped so that
+        # nothing restores them.
+        watcher.stop()
+        router.stop()
+        held = world.list("v1", "ConfigMap", label_selector=f"eventop.dev/copy-rule={rule}")
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda o: world.replace({**o, "data": {"v": "3"}}), held))
+        bare = time.monotonic() - t0
+        print(f"  the same {len(held)} writes from a bare client (16 threads, no pipeline): "
+              f"{bare:.3f} s; eventop / bare: {(last - t0_change) / bare:.2f} "
+              f"(load {os.getloadavg()[0]:.2f})")
+    finally:
+        copies.stop()
+        keep = bool(os.environ.get("EVENTOP_BENCH_KEEP_LOGS"))
+        watcher.stop(keep_log=keep)
+        router.stop(keep_log=keep)
+        if keep:
+            print(f"  logs: {router.log_path} {watcher.log_path}")
+        world.delete("eventop.dev/v1", "CopyRule", rule)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda ns: world.delete("v1", "Namespace", ns), [src, *names]))
 
 
-class Phase:
-    def __init__(self, server: LocalKube, title: str) -> None:
-        self.server, self.title = server, title
-
-    def __enter__(self) -> Phase:
-        self.start_req = len(self.server.requests)
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = time.perf_counter() - self.start
-        served = self.server.requests[self.start_req:]
-        by_verb = Counter(verb(r[0], r[2]) for r in served)
-        writes = [r for r in served if r[0] != "GET"]
-        copy_writes = [r for r in writes if _is_copy_path(r[1])]
-        targets = len({r[1].split("/")[4] for r in copy_writes}) or 1
-        ns_lists = sum(1 for r in served if r[0] == "GET" and r[1] == "/api/v1/namespaces")
-        print(f"{self.title}\n  wall {wall:8.3f} s   requests {len(served):6d}  "
-              f"{dict(sorted(by_verb.items()))}\n"
-              f"  writes {len(writes):6d} (copies {len(copy_writes)}, "
-              f"{len(copy_writes) / targets:.2f} per target namespace written)   "
-              f"namespace list pages (500 a page) {ns_lists}")
+def on_cluster(kubeconfig: str, count: int) -> None:
+    world = Kube.connect(kubeconfig=kubeconfig)
+    world.field_manager = "bench-world"
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("kind") == "CustomResourceDefinition":
+            world.apply(doc)
+    while world.missing_kinds({("eventop.dev/v1", "CopyRule")}):
+        time.sleep(0.5)
+    run(world, {"KUBECONFIG": kubeconfig, **QUIET}, count, f"real API server {world.host}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--namespaces", type=int, default=1000)
-    args = parser.parse_args()
-    ours = registry  # only handlers.copy_rules is imported: only its handlers registered
+def on_localkube(count: int) -> None:
+    from eventop.localkube import LocalKube
 
     with LocalKube(crd_dir=str(REPO / "crds")) as server:
-        kube = Kube.connect(url=server.url)
+        world = Kube.connect(url=server.url)
+        run(world, {"EVENTOP_KUBE_URL": server.url, **QUIET}, count,
+            f"local API server {server.url} (no cluster: not the real figure)")
 
-        def deliver(change: str, obj: Obj) -> None:
-            for outcome in ours.dispatch(Event.for_object(change, obj), kube):
-                if not outcome.ok:
-                    raise SystemExit(f"handler failed: {outcome.detail}")
 
-        names = [f"team-{i:04d}" for i in range(args.namespaces)]
-        for name in names:
-            server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        rule = server.put(RULE)
-        deliver("add", rule)  # no sources yet: nothing to copy
-        print(f"one source, {args.namespaces} target namespaces, local API server {server.url}")
-
-        with Phase(server, "1. source created: its event copies it everywhere"):
-            deliver("add", server.put(SOURCE))
-        copies = server.list("v1", "ConfigMap", label_selector=desired.copies_selector(rule))
-        print(f"  converged: {len(copies)} copies")
-
-        with Phase(server, f"2. echo: the {len(copies)} copy-created events come back"):
-            for obj in copies:
-                deliver("add", obj)
-
-        with Phase(server, "3. resync, nothing changed: rule + source + every namespace"):
-            deliver("update", server.get("eventop.dev/v1", "CopyRule", "main-rule"))
-            deliver("update", server.get("v1", "ConfigMap", "registry-config", "default"))
-            for name in names:
-                deliver("update", server.get("v1", "Namespace", name))
-
-        changed = dict(SOURCE, data={"mirror": "mirror.internal:5001"})
-        with Phase(server, "4. source changed: every copy updated"):
-            deliver("update", server.put(changed))
-
-        with Phase(server, "5. one new namespace"):
-            deliver("add", server.put({"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": "team-new"}}))
-
-        with Phase(server, "6. source deleted: every copy deleted"):
-            last = server.get("v1", "ConfigMap", "registry-config", "default")
-            server.remove("v1", "ConfigMap", "registry-config", "default")
-            deliver("delete", last)
-        left = server.list("v1", "ConfigMap", label_selector=desired.copies_selector(rule))
-        print(f"  converged: {len(left)} copies left")
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--namespaces", type=int, default=1000)
+    args = parser.parse_args()
+    if args.kubeconfig:
+        on_cluster(args.kubeconfig, args.namespaces)
+        return 0
+    if not CLUSTER.exists():
+        on_localkube(args.namespaces)
+        return 0
+    state = tempfile.mkdtemp(prefix="eventop-fanout-cluster-")
+    try:
+        out = subprocess.run([str(CLUSTER), "start", state], check=True, capture_output=True,
+                             text=True)
+        on_cluster(out.stdout.strip().splitlines()[-1], args.namespaces)
+    finally:
+        subprocess.run([str(CLUSTER), "stop", state], check=False, capture_output=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

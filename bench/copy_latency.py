@@ -1,0 +1,347 @@
+"""Namespace -> copy latency on a real API server: eventop next to kopf and Kubernetes' own Go
+controller, measured on the same burst of namespaces in the same run.
+
+Three copiers act on each new namespace of the burst:
+
+* eventop (watcher -> router under gunicorn -> the CopyRule handler on the reconcile engine),
+  copying a labelled ConfigMap into namespaces labelled ``eventop-bench=<run>``;
+* the kopf peer (``../shared/peers/kopf_copy.py``, kopf 1.45.2 in a virtualenv of its own),
+  copying into namespaces labelled ``bar-target=<prefix>``;
+* kube-controller-manager's root-CA publisher (Go, informers and a workqueue), which puts
+  ``kube-root-ca.crt`` into every namespace.
+
+One watch of all ConfigMaps, opened before the burst, notes when each copy first appears;
+each namespace's clock starts when its create request is sent. Prints p50/p90 per copier and
+the ratios against the Go publisher and kopf, then, counted from the router's ``/metrics``:
+the API requests eventop made per new namespace; the requests the echoes of its own writes
+cost (a source change: its writes, then nothing more); and a resync with nothing changed
+(every object's update event again: no write, no read). Asserts nothing.
+
+    .venv/bin/python bench/copy_latency.py [--kubeconfig PATH] [--namespaces 60]
+        [--peers ../shared/peers] [--workers 1]
+
+Without ``--kubeconfig`` (or ``KUBECONFIG``) it starts a throwaway cluster with
+``../shared/k8s/cluster`` and stops it afterwards; without the peers directory it measures
+eventop and the Go publisher only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import requests  # noqa: E402
+import yaml  # noqa: E402
+
+from eventop.events import to_cloudevent, to_http  # noqa: E402
+from eventop.kube import Kube  # noqa: E402
+from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
+
+
+def _shared() -> Path:
+    """``shared/`` beside the checkout or beside one of its parents (a worktree sits deeper)."""
+    for parent in REPO.parents:
+        if (parent / "shared").is_dir():
+            return parent / "shared"
+    return REPO.parent / "shared"
+
+
+SHARED = Path(os.environ.get("EVENTOP_SHARED", "")) if os.environ.get("EVENTOP_SHARED") \
+    else _shared()
+KOPF = "kopf==1.45.2"
+QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request",
+         "EVENTOP_LOG_LEVEL": os.environ.get("EVENTOP_LOG_LEVEL", "WARNING"),
+         "EVENTOP_BUILTIN_HANDLERS": "copy_rules",
+         **{k: os.environ[k] for k in ("EVENTOP_THREADS", "EVENTOP_MAX_IN_FLIGHT")
+            if k in os.environ}}
+warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+Obj = dict[str, Any]
+
+
+def kube_requests(router_url: str) -> dict[str, float]:
+    """The router's API requests so far, by verb (its cache's watches left out)."""
+    text = requests.get(router_url + "/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'eventop_kube_requests_total\{(.*)\} ([0-9.e+]+)$', line)
+        if m:
+            verb = re.search(r'verb="([^"]*)"', m.group(1))
+            if verb and verb.group(1) != "watch":
+                out[verb.group(1)] = out.get(verb.group(1), 0) + float(m.group(2))
+    return out
+
+
+def metric(router_url: str, name: str, **labels: str) -> float:
+    text = requests.get(router_url + "/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
+    return {k: int(v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0)}
+
+
+class FirstSeen:
+    """One watch of every ConfigMap: when each (namespace, name) first appeared."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.at: dict[tuple[str, str], float] = {}
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        res = self.kube.resource("v1", "ConfigMap")
+        rv = str(next(self.kube.pages(res, limit=1))["metadata"]["resourceVersion"])
+        self.ready.set()
+        while not self._stop.is_set():
+            try:
+                query = [("resourceVersion", rv), ("timeoutSeconds", 30),
+                         ("allowWatchBookmarks", "true")]
+                for line in self.kube.iter_watch(res, None, query, (5.0, 40.0)):
+                    now = time.monotonic()
+                    event = json.loads(line)
+                    meta = event["object"].get("metadata") or {}
+                    rv = meta.get("resourceVersion", rv)
+                    if event["type"] == "ADDED":
+                        self.at.setdefault((meta.get("namespace", ""), meta["name"]), now)
+            except Exception:
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def kopf_python(cache: Path) -> Path:
+    """kopf 1.45.2 in a virtualenv of its own (made once, kept under ``cache``)."""
+    venv = cache / "kopf-1.45.2"
+    python = venv / "bin" / "python"
+    if not (venv / "ok").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", KOPF, "kubernetes==37.0.2"],
+                       check=True)
+        (venv / "ok").write_text(KOPF)
+    return python
+
+
+def wait_quiet(kube: Kube, timeout: float = 600.0) -> None:
+    """Wait until no namespace is being deleted: a previous run's cleanup (the namespace
+    controller deleting thousands of objects) would be measured too."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while time.monotonic() < deadline:
+        going = [n for n in kube.list("v1", "Namespace") if n["metadata"].get("deletionTimestamp")]
+        if not going:
+            return
+        if not said:
+            print(f"  (waiting for {len(going)} terminating namespaces to go first)")
+            said = True
+        time.sleep(2.0)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else float("nan")
+
+
+def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
+    admin = Kube.connect(kubeconfig=kubeconfig)
+    admin.field_manager = "bench-world"
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("kind") == "CustomResourceDefinition":
+            admin.apply(doc)
+    while admin.missing_kinds({("eventop.dev/v1", "CopyRule")}):
+        time.sleep(0.5)
+    wait_quiet(admin)
+    run_id = uuid.uuid4().hex[:6]
+    prefix = f"lat{run_id}"
+    ev_src, kopf_src = f"{prefix}-ev-src", f"{prefix}-src"
+    target_labels = {"eventop-bench": run_id, "bar-target": prefix}
+    made: list[str] = []
+
+    def namespace(name: str, labels: Obj | None = None) -> None:
+        admin.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": name, "labels": labels or {}}})
+        made.append(name)
+
+    namespace(ev_src)
+    namespace(kopf_src)
+    admin.create({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "ev-copy", "namespace": ev_src,
+                               "labels": {"eventop-bench": "source"}},
+                  "data": {"who": "eventop"}})
+    admin.create({"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "kopf-copy", "namespace": kopf_src,
+                               "labels": {"bar": prefix}}, "data": {"who": "kopf"}})
+    rule = f"{prefix}-rule"
+    admin.create({"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": rule},
+                  "spec": {"ruleType": "configmap", "namespaces": [ev_src],
+                           "selector": {"matchLabels": {"eventop-bench": "source"}},
+                           "targetNamespaces": {"selector": {
+                               "matchLabels": {"eventop-bench": run_id}}}}})
+    log_dir = tempfile.mkdtemp(prefix="eventop-latency-")
+    env = {"KUBECONFIG": kubeconfig, **QUIET}
+    router = RouterProcess(env, workers=workers, log_dir=log_dir)
+    watcher = WatcherProcess(router.url, env, log_dir=log_dir)
+    kopf = None
+    if peers is not None:
+        python = kopf_python(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                             / "eventop-bench")
+        kopf = subprocess.Popen(
+            [str(python.parent / "kopf"), "run", "--standalone", "-A", "--quiet",
+             str(peers / "kopf_copy.py")],
+            env={**os.environ, "PREFIX": prefix, "KUBECONFIG": kubeconfig,
+                 "PYTHONWARNINGS": "ignore"},
+            stdout=subprocess.DEVNULL, stderr=open(Path(log_dir) / "kopf.log", "wb"))  # noqa: SIM115
+    seen = FirstSeen(admin)
+    copiers = {"eventop": "ev-copy", "Go root-CA publisher": "kube-root-ca.crt"}
+    if kopf is not None:
+        copiers["kopf 1.45.2"] = "kopf-copy"
+    try:
+        seen.ready.wait(30)
+        # Warm up: every copier has acted once (caches synced, connections open).
+        warm = f"{prefix}-warm"
+        namespace(warm, target_labels)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                (warm, name) in seen.at for name in copiers.values()):
+            time.sleep(0.1)
+        missing = [c for c, n in copiers.items() if (warm, n) not in seen.at]
+        if missing:
+            raise SystemExit(f"copy_latency: no copy by {', '.join(missing)} within 120 s; logs "
+                             f"in {log_dir}")
+        time.sleep(2.0)
+        before = kube_requests(router.url)
+        names = [f"{prefix}-n{i:03d}" for i in range(count)]
+        sent: dict[str, float] = {}
+
+        def create(name: str) -> None:
+            sent[name] = time.monotonic()
+            namespace(name, target_labels)
+
+        with ThreadPoolExecutor(8) as pool:  # the burst
+            list(pool.map(create, names))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                (ns, n) in seen.at for ns in names for n in copiers.values()):
+            time.sleep(0.1)
+        time.sleep(3.0)  # the echoes of eventop's writes come back meanwhile
+        burst = diff(kube_requests(router.url), before)
+
+        print(f"namespace -> copy, {count} namespaces created in a burst (8 at a time), "
+              f"real API server {admin.host}, router workers: {workers}")
+        p50s = {}
+        for copier, name in copiers.items():
+            latencies = [(seen.at[(ns, name)] - sent[ns]) * 1000 for ns in names
+                         if (ns, name) in seen.at]
+            p50s[copier] = percentile(latencies, 0.5)
+            print(f"  {copier:22s} p50 {p50s[copier]:7.1f} ms   p90 "
+                  f"{percentile(latencies, 0.9):7.1f} ms   ({len(latencies)}/{count} copies)")
+        if os.environ.get("EVENTOP_BENCH_VERBOSE"):
+            t0 = min(sent.values())
+            for ns in sorted(names, key=lambda n: sent[n]):
+                print(f"    {ns}: sent +{(sent[ns] - t0) * 1000:6.0f} ms, " + ", ".join(
+                    f"{c.split()[0]} +{(seen.at.get((ns, n), float('nan')) - sent[ns]) * 1000:5.0f}"
+                    for c, n in copiers.items()))
+        go = p50s["Go root-CA publisher"]
+        print(f"  eventop p50 / Go publisher p50: {p50s['eventop'] / go:.2f} (target <= 1.5)")
+        if "kopf 1.45.2" in p50s:
+            print(f"  eventop p50 / kopf p50:         {p50s['eventop'] / p50s['kopf 1.45.2']:.2f}"
+                  " (target <= 0.25)")
+        total = sum(burst.values())
+        print(f"  router API requests for the burst: {total} {dict(sorted(burst.items()))}: "
+              f"{total / count:.2f} per new namespace (target <= 2)")
+
+        # A source change: its writes, then the echoes of those writes come back.
+        before = kube_requests(router.url)
+        echoes0 = metric(router.url, "eventop_engine_requests_total", result="echo")
+        admin.replace({**admin.get("v1", "ConfigMap", "ev-copy", ev_src), "data": {"who": "v2"}})
+        time.sleep(5.0)
+        change = diff(kube_requests(router.url), before)
+        echoes = metric(router.url, "eventop_engine_requests_total", result="echo") - echoes0
+        writes = sum(v for k, v in change.items() if k in ("create", "update", "apply", "patch",
+                                                            "delete"))
+        print(f"  a source change: {writes} writes ({count + 1} copies), "
+              f"{sum(change.values()) - writes} other requests; {echoes:.0f} echoes of those "
+              "writes came back and cost no request")
+
+        # A resync with nothing changed: every object's update event, posted again.
+        before = kube_requests(router.url)
+        runs0 = metric(router.url, "eventop_engine_runs_total")
+        objects = [admin.get("eventop.dev/v1", "CopyRule", rule)]
+        objects += [o for o in admin.list("v1", "Namespace")]
+        objects += [o for o in admin.list("v1", "ConfigMap") if o["metadata"]["namespace"]
+                    .startswith(prefix)]
+        with requests.Session() as session:
+            for obj in objects:
+                headers, body = to_http(to_cloudevent("update", obj, admin.host))
+                session.post(router.url, data=body, headers=headers, timeout=60)
+        resync = diff(kube_requests(router.url), before)
+        runs = metric(router.url, "eventop_engine_runs_total") - runs0
+        print(f"  a resync with nothing changed: {len(objects)} update events, {runs:.0f} runs, "
+              f"{sum(resync.values())} API requests {dict(resync)} (target 0 writes, no reads)")
+    finally:
+        seen.stop()
+        if kopf is not None:
+            kopf.terminate()
+            kopf.wait(15)
+        keep = bool(os.environ.get("EVENTOP_BENCH_KEEP_LOGS"))
+        watcher.stop(keep_log=keep)
+        router.stop(keep_log=keep)
+        if keep:
+            print(f"  logs: {router.log_path} {watcher.log_path}")
+        admin.delete("eventop.dev/v1", "CopyRule", rule)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda ns: admin.delete("v1", "Namespace", ns), made))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--namespaces", type=int, default=60)
+    parser.add_argument("--peers", type=Path, default=SHARED / "peers")
+    parser.add_argument("--workers", type=int, default=1, help="router worker processes")
+    args = parser.parse_args()
+    peers = args.peers if (args.peers / "kopf_copy.py").exists() else None
+    if peers is None:
+        print(f"copy_latency: no kopf peer at {args.peers}: measuring eventop and the Go "
+              "publisher only")
+    if args.kubeconfig:
+        run(args.kubeconfig, args.namespaces, peers, args.workers)
+        return 0
+    script = SHARED / "k8s" / "cluster"
+    if not script.exists():
+        print(f"copy_latency: skipped, no cluster (pass --kubeconfig, or have {script})")
+        return 0
+    state = tempfile.mkdtemp(prefix="eventop-latency-cluster-")
+    try:
+        out = subprocess.run([str(script), "start", state], check=True, capture_output=True,
+                             text=True)
+        run(out.stdout.strip().splitlines()[-1], args.namespaces, peers, args.workers)
+    finally:
+        subprocess.run([str(script), "stop", state], check=False, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Router memory with its caches over 1,000 namespaces and 10,000 ConfigMaps, per process.
+
+On a real API server it makes a world of N namespaces (1,000) holding M ConfigMaps in all
+(10,000, counting the ``kube-root-ca.crt`` Kubernetes puts in each; the rest small and
+realistic: a few keys, labels, an annotation) and a CopyRule copying one ConfigMap into
+every one of them. Then, for each process model asked (``--workers 1,2``: gunicorn workers,
+``EVENTOP_THREADS`` threads each), it starts the router with the default handlers, waits
+for ``/readyz`` (every cache listed and watching) and for the rule's copies, lets it
+settle, and prints the RSS of every gunicorn process (master and workers), their sum, and
+the API requests the router made to get there (from its ``/metrics``: each worker lists
+and watches every kind itself). Target: under 150 MB per process. Asserts nothing.
+
+    .venv/bin/python bench/router_memory.py [--kubeconfig PATH] [--namespaces 1000]
+        [--configmaps 10000] [--workers 1,2] [--keep]
+
+Without ``--kubeconfig`` (or ``KUBECONFIG``) it starts a throwaway cluster with
+``../shared/k8s/cluster`` (skipped when that is not present). ``--keep`` leaves the world
+in place for another run (found again by its label).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import requests  # noqa: E402
+import yaml  # noqa: E402
+
+from bench.copy_latency import QUIET, SHARED, diff, kube_requests, wait_quiet  # noqa: E402
+from eventop.kube import Kube  # noqa: E402
+from eventop.testing.processes import RouterProcess  # noqa: E402
+
+LABEL = "eventop-router-memory"
+MB = 1024 * 1024
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return sorted(found)
+
+
+def make_world(kube: Kube, namespaces: int, configmaps: int) -> tuple[list[str], str]:
+    """The namespaces (reused when a previous ``--keep`` run left them) and the source."""
+    names = [f"mem-{i:04d}" for i in range(namespaces)]
+    existing = {n["metadata"]["name"] for n in kube.list("v1", "Namespace")}
+    src = "mem-src"
+    per_ns = max(0, (configmaps - namespaces) // namespaces - 1)  # root CA + copy + these
+
+    def namespace(name: str) -> None:
+        if name not in existing:
+            kube.create({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": name, "labels": {LABEL: "target"}}})
+        have = {c["metadata"]["name"] for c in kube.list("v1", "ConfigMap", name)}
+        for j in range(per_ns):
+            if f"settings-{j}" not in have:
+                kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                    "name": f"settings-{j}", "namespace": name,
+                    "labels": {"app.kubernetes.io/name": "bench", "tier": f"t{j % 3}"},
+                    "annotations": {"bench.eventop.dev/note": "filler for router_memory"}},
+                    "data": {"LOG_LEVEL": "info", "FEATURE_X": "true",
+                             "ENDPOINT": f"https://svc-{j}.{name}.svc:8443/api"}})
+
+    start = time.monotonic()
+    if src not in existing:
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": src}})
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "copied", "namespace": src, "labels": {LABEL: "src"}},
+                     "data": {"v": "1"}})
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(namespace, names))
+    if not kube.list("eventop.dev/v1", "CopyRule", field_selector="metadata.name=mem-rule"):
+        kube.create({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                     "metadata": {"name": "mem-rule"},
+                     "spec": {"ruleType": "configmap", "namespaces": [src],
+                              "selector": {"matchLabels": {LABEL: "src"}},
+                              "targetNamespaces": {"selector": {
+                                  "matchLabels": {LABEL: "target"}}}}})
+    print(f"  world ready in {time.monotonic() - start:.0f} s: {namespaces} namespaces, "
+          f"{per_ns} filler ConfigMaps each (+ kube-root-ca.crt + the copy)")
+    return names, src
+
+
+def count_copies(kube: Kube) -> int:
+    return len(kube.list("v1", "ConfigMap", label_selector="eventop.dev/copy-rule=mem-rule"))
+
+
+def measure(kubeconfig: str, workers: int, expected: int) -> None:
+    env = {"KUBECONFIG": kubeconfig, **{k: v for k, v in QUIET.items()
+                                        if k != "EVENTOP_BUILTIN_HANDLERS"}}
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    start = time.monotonic()
+    router = RouterProcess(env, workers=workers)
+    try:
+        while time.monotonic() - start < 300:
+            try:
+                if requests.get(router.url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        ready = time.monotonic() - start
+        while count_copies(kube) < expected and time.monotonic() - start < 600:
+            time.sleep(2.0)
+        time.sleep(10.0)  # echoes, status, garbage
+        spent = diff(kube_requests(router.url), {})
+        pids = [router.proc.pid, *children(router.proc.pid)]
+        sizes = {pid: rss(pid) for pid in pids}
+        threads = os.environ.get("EVENTOP_THREADS", "32" if workers == 1 else "default")
+        print(f"  {workers} worker(s) x {threads} threads: ready (caches synced) in {ready:.1f} s;"
+              f" {count_copies(kube)}/{expected} copies")
+        for pid, size in sizes.items():
+            role = "master" if pid == router.proc.pid else "worker"
+            print(f"    {role:6s} pid {pid}: RSS {size / MB:6.1f} MB (target < 150 MB)")
+        print(f"    all processes: {sum(sizes.values()) / MB:.1f} MB; API requests so far "
+              f"{dict(sorted(spent.items()))} ({sum(spent.values())} in all)")
+    finally:
+        router.stop()
+
+
+def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
+        keep: bool) -> None:
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    kube.field_manager = "bench-world"
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("kind") == "CustomResourceDefinition":
+            kube.apply(doc)
+    while kube.missing_kinds({("eventop.dev/v1", "CopyRule")}):
+        time.sleep(0.5)
+    wait_quiet(kube)
+    print(f"router memory, real API server {kube.host} (load: {os.getloadavg()[0]:.2f})")
+    names, src = make_world(kube, namespaces, configmaps)
+    total = len(kube.list("v1", "ConfigMap"))
+    print(f"  the cluster holds {len(kube.list('v1', 'Namespace'))} namespaces, "
+          f"{total} ConfigMaps, {len(kube.list('v1', 'Secret'))} Secrets")
+    try:
+        for workers in models:
+            measure(kubeconfig, workers, len(names))
+    finally:
+        if not keep:
+            kube.delete("eventop.dev/v1", "CopyRule", "mem-rule")
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda ns: kube.delete("v1", "Namespace", ns), [src, *names]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--namespaces", type=int, default=1000)
+    parser.add_argument("--configmaps", type=int, default=10000)
+    parser.add_argument("--workers", default="1,2",
+                        help="gunicorn worker counts to measure, comma-separated")
+    parser.add_argument("--keep", action="store_true", help="leave the world in place")
+    args = parser.parse_args()
+    models = [int(w) for w in args.workers.split(",")]
+    if args.kubeconfig:
+        run(args.kubeconfig, args.namespaces, args.configmaps, models, args.keep)
+        return 0
+    script = SHARED / "k8s" / "cluster"
+    if not script.exists():
+        print(f"router_memory: skipped, no cluster (pass --kubeconfig, or have {script})")
+        return 0
+    state = tempfile.mkdtemp(prefix="eventop-memory-cluster-")
+    try:
+        out = subprocess.run([str(script), "start", state], check=True, capture_output=True,
+                             text=True)
+        run(out.stdout.strip().splitlines()[-1], args.namespaces, args.configmaps, models,
+            args.keep)
+    finally:
+        subprocess.run([str(script), "stop", state], check=False, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

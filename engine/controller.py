@@ -89,6 +89,7 @@ class Controller:
         self.adopt_fn: AdoptFn | None = None
         self.mappers: dict[tuple[str, str], tuple[Kind, MapFn]] = {}
         self.triggers_by_type: dict[str, TriggerFn] = {}
+        self._kinds: tuple[list[Kind], list[Kind]] | None = None  # (kinds, event kinds)
         if registry is not None:
             registry.add(self)
 
@@ -129,6 +130,7 @@ class Controller:
 
         def register(fn: MapFn) -> MapFn:
             self.mappers[declared.key] = (declared, fn)
+            self._kinds = None
             return fn
         return register
 
@@ -154,13 +156,19 @@ class Controller:
 
     def kinds(self) -> list[Kind]:
         """Every kind it reads, one entry per kind (merged): what the router caches."""
-        declared = [self.parent, *self.owns, *self.reads, *(k for k, _ in self.mappers.values())]
-        return list(merge_kinds(declared).values())
+        return self._declared()[0]
 
     def event_kinds(self) -> list[Kind]:
         """The kinds whose changes can start a run: parent, owned kinds and mapped kinds."""
-        declared = [self.parent, *self.owns, *(k for k, _ in self.mappers.values())]
-        return list(merge_kinds(declared).values())
+        return self._declared()[1]
+
+    def _declared(self) -> tuple[list[Kind], list[Kind]]:
+        if self._kinds is None:  # asked for every event: worked out once
+            mapped = [k for k, _ in self.mappers.values()]
+            self._kinds = (
+                list(merge_kinds([self.parent, *self.owns, *self.reads, *mapped]).values()),
+                list(merge_kinds([self.parent, *self.owns, *mapped]).values()))
+        return self._kinds
 
     def declares(self, api_version: str, kind: str) -> bool:
         return any(k.key == (api_version, kind) for k in self.kinds())

@@ -54,7 +54,7 @@ class CacheBehind(errors.Unavailable):
 class EngineSettings:
     workers: int = 8
     #: Parallel writes of one run (a fan-out to 1,000 namespaces), shared by all runs.
-    write_concurrency: int = 16
+    write_concurrency: int = 32
     #: How long an event waits for the cache to reach its resourceVersion before 503.
     cache_wait: float = 10.0
     #: How long an event waits for its runs before 503 (the runs go on).

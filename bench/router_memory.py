@@ -107,7 +107,10 @@ def make_world(kube: Kube, namespaces: int, configmaps: int) -> tuple[list[str],
 
 
 def count_copies(kube: Kube) -> int:
-    return len(kube.list("v1", "ConfigMap", label_selector="eventop.dev/copy-rule=mem-rule"))
+    """Counted from a list of every ConfigMap: a selector-limited paginated list on the
+    v1.24 test API server stopped after its first page (500) here."""
+    return sum(1 for c in kube.list("v1", "ConfigMap")
+               if (c["metadata"].get("labels") or {}).get("eventop.dev/copy-rule") == "mem-rule")
 
 
 def measure(kubeconfig: str, workers: int, expected: int) -> None:

@@ -4,14 +4,14 @@ On a real API server it makes a world of N namespaces (1,000) holding M ConfigMa
 (10,000, counting the ``kube-root-ca.crt`` Kubernetes puts in each; the rest small and
 realistic: a few keys, labels, an annotation) and a CopyRule copying one ConfigMap into
 every one of them. Then, for each process model asked (``--workers 1,2``: gunicorn workers,
-``EVENTOP_THREADS`` threads each), it starts the router with the default handlers, waits
+``--threads`` threads each), it starts the router with the default handlers, waits
 for ``/readyz`` (every cache listed and watching) and for the rule's copies, lets it
 settle, and prints the RSS of every gunicorn process (master and workers), their sum, and
 the API requests the router made to get there (from its ``/metrics``: each worker lists
 and watches every kind itself). Target: under 150 MB per process. Asserts nothing.
 
     .venv/bin/python bench/router_memory.py [--kubeconfig PATH] [--namespaces 1000]
-        [--configmaps 10000] [--workers 1,2] [--keep]
+        [--configmaps 10000] [--workers 1,2] [--threads 32] [--keep]
 
 Without ``--kubeconfig`` (or ``KUBECONFIG``) it starts a throwaway cluster with
 ``../shared/k8s/cluster`` (skipped when that is not present). ``--keep`` leaves the world
@@ -113,12 +113,12 @@ def count_copies(kube: Kube) -> int:
                if (c["metadata"].get("labels") or {}).get("eventop.dev/copy-rule") == "mem-rule")
 
 
-def measure(kubeconfig: str, workers: int, expected: int) -> None:
+def measure(kubeconfig: str, workers: int, threads: int, expected: int) -> None:
     env = {"KUBECONFIG": kubeconfig, **{k: v for k, v in QUIET.items()
                                         if k != "EVENTOP_BUILTIN_HANDLERS"}}
     kube = Kube.connect(kubeconfig=kubeconfig)
     start = time.monotonic()
-    router = RouterProcess(env, workers=workers)
+    router = RouterProcess(env, workers=workers, extra_args=["--threads", str(threads)])
     try:
         while time.monotonic() - start < 300:
             try:
@@ -134,7 +134,6 @@ def measure(kubeconfig: str, workers: int, expected: int) -> None:
         spent = diff(kube_requests(router.url), {})
         pids = [router.proc.pid, *children(router.proc.pid)]
         sizes = {pid: rss(pid) for pid in pids}
-        threads = os.environ.get("EVENTOP_THREADS", "32" if workers == 1 else "default")
         print(f"  {workers} worker(s) x {threads} threads: ready (caches synced) in {ready:.1f} s;"
               f" {count_copies(kube)}/{expected} copies")
         for pid, size in sizes.items():
@@ -147,7 +146,7 @@ def measure(kubeconfig: str, workers: int, expected: int) -> None:
 
 
 def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
-        keep: bool) -> None:
+        threads: int, keep: bool) -> None:
     kube = Kube.connect(kubeconfig=kubeconfig)
     kube.field_manager = "bench-world"
     for path in sorted((REPO / "crds").glob("*.yaml")):
@@ -164,7 +163,7 @@ def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
           f"{total} ConfigMaps, {len(kube.list('v1', 'Secret'))} Secrets")
     try:
         for workers in models:
-            measure(kubeconfig, workers, len(names))
+            measure(kubeconfig, workers, threads, len(names))
     finally:
         if not keep:
             kube.delete("eventop.dev/v1", "CopyRule", "mem-rule")
@@ -179,11 +178,12 @@ def main() -> int:
     parser.add_argument("--configmaps", type=int, default=10000)
     parser.add_argument("--workers", default="1,2",
                         help="gunicorn worker counts to measure, comma-separated")
+    parser.add_argument("--threads", type=int, default=32, help="threads per worker")
     parser.add_argument("--keep", action="store_true", help="leave the world in place")
     args = parser.parse_args()
     models = [int(w) for w in args.workers.split(",")]
     if args.kubeconfig:
-        run(args.kubeconfig, args.namespaces, args.configmaps, models, args.keep)
+        run(args.kubeconfig, args.namespaces, args.configmaps, models, args.threads, args.keep)
         return 0
     script = SHARED / "k8s" / "cluster"
     if not script.exists():
@@ -194,7 +194,7 @@ def main() -> int:
         out = subprocess.run([str(script), "start", state], check=True, capture_output=True,
                              text=True)
         run(out.stdout.strip().splitlines()[-1], args.namespaces, args.configmaps, models,
-            args.keep)
+            args.threads, args.keep)
     finally:
         subprocess.run([str(script), "stop", state], check=False, capture_output=True)
     return 0

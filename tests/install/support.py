@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,17 @@ class Sink:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+def bare_venv(env_dir: Path) -> tuple[Path, Path]:
+    """A new virtualenv with nothing in it (no pip, no system packages): its python and its
+    site-packages, for a test to put there exactly what an installation would."""
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
+    return python, site
 
 
 # -- the Dockerfile -------------------------------------------------------------------------

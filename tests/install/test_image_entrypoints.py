@@ -20,14 +20,13 @@ import socket
 import subprocess
 import sys
 import time
-import venv
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.install.support import REPO, image_env
+from tests.install.support import REPO, bare_venv, image_env
 from tests.install.test_dockerfile import package_dirs
 
 
@@ -45,12 +44,7 @@ def runtime_pins() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def image_like(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("image")
-    env_dir = root / "venv"
-    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True).stdout.strip())
+    python, site = bare_venv(root / "venv")
     for name, version in runtime_pins().items():
         dist = importlib.metadata.distribution(name)
         assert dist.version == version, (
@@ -80,7 +74,7 @@ def image_like(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {key: value.replace("/tmp", str(tmp), 1) if value.startswith("/tmp") else value
            for key, value in image_env().items() if key != "PATH"}
     # HOME as the image's user has it: a directory that does not exist (nothing may write there).
-    env.update(PATH=f"{env_dir / 'bin'}:/usr/bin:/bin", HOME=str(root / "nonexistent"),
+    env.update(PATH=f"{python.parent}:/usr/bin:/bin", HOME=str(root / "nonexistent"),
                TMPDIR=str(tmp), LANG="C.UTF-8")
     return {"python": str(python), "app": str(app), "env": env, "root": root}
 

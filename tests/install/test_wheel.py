@@ -18,7 +18,6 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
-import venv
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.install.support import REPO
+from tests.install.support import REPO, bare_venv
 
 CONFIG = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: What is not part of the sources a wheel is built from.
@@ -123,12 +122,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     """A fresh virtualenv with the wheel unpacked into its site-packages (what an installer
     does with a pure wheel) and the project's dependencies after it, but not the project."""
     root = tmp_path_factory.mktemp("installed")
-    env_dir = root / "venv"
-    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True).stdout.strip())
+    python, site = bare_venv(root / "venv")
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     # The project's dependencies, found after the wheel; a path added by a .pth line does not

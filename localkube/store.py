@@ -7,7 +7,9 @@ window ``[first_rv, rv]`` and a watch position is an index into it (O(1) to resu
 Every write goes create/update/patch/apply -> ``_finish`` (admission, generation, no-op
 detection) -> ``_store`` (version, index, event); removals go ``_drop``. Admission
 (``admission.py``) and the cluster's controllers (``controllers.py``: GC, namespaces, root
-CA, CRDs) are mixins, run inside the triggering write so tests see their effect at once.
+CA, CRDs) are mixins, run inside the triggering write so tests see their effect at once; so
+are the API verbs themselves (``verbs.py``: create, update, patch and apply, delete, with
+their preconditions), which end in the write pipeline here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import bisect
 import copy
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +24,13 @@ from typing import Any
 from eventop.localkube import apply as ssa
 from eventop.localkube import errors
 from eventop.localkube.admission import Admission
-from eventop.localkube.controllers import PROTECTED_NAMESPACES, Controllers
+from eventop.localkube.controllers import Controllers
 from eventop.localkube.deferred import Deferred
 from eventop.localkube.errors import ApiError
 from eventop.localkube.objects import canonical, event_line, now, without_volatile
-from eventop.localkube.patches import json_patch, merge_patch
 from eventop.localkube.resources import ResourceTable, ResourceType, load_crd_dir
 from eventop.localkube.schema import SchemaValidator
+from eventop.localkube.verbs import Verbs
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)
@@ -62,7 +63,7 @@ class Event:
         return self._line
 
 
-class Store(Admission, Controllers):
+class Store(Verbs, Admission, Controllers):
     """Objects of every served kind, with real-server write semantics."""
 
     def __init__(self, crd_dir: str | None = "crds", *, history: int = 10000,
@@ -271,208 +272,6 @@ class Store(Admission, Controllers):
             self._install_crd(stored)
         return stored, True
 
-    # -- verbs -----------------------------------------------------------------------
-
-    def create(self, res: ResourceType, ns: str | None, body: Obj, *, manager: str,
-               dry_run: bool = False) -> Obj:
-        with self.lock:
-            obj = copy.deepcopy(body)
-            meta = obj.setdefault("metadata", {})
-            if not isinstance(meta, dict):
-                raise errors.bad_request("metadata must be an object")
-            if res.namespaced:
-                ns = ns or meta.get("namespace") or None
-                if meta.get("namespace") and ns != meta["namespace"]:
-                    raise errors.bad_request("the namespace of the provided object does not "
-                                             "match the namespace sent on the request")
-            if not meta.get("name") and meta.get("generateName"):
-                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-            name = str(meta.get("name") or "")
-            if not name:
-                raise errors.invalid(res.kind, res.group, "", [errors.cause(
-                    "FieldValueRequired", "metadata.name",
-                    "Required value: name or generateName is required")])
-            self._check_namespace(res, ns, name)
-            if self._record(res, ns, name) is not None:
-                raise errors.already_exists(res.qualified, res.group, res.plural, name)
-            if res.has_status and res.kind != "CustomResourceDefinition":
-                obj.pop("status", None)
-            stored, _ = self._create_record(res, ns, obj, manager=manager, dry_run=dry_run)
-            return copy.deepcopy(stored)
-
-    def _create_record(self, res: ResourceType, ns: str | None, obj: Obj, *, manager: str,
-                       managers: ssa.Managers | None = None, verbatim: bool = False,
-                       dry_run: bool = False) -> tuple[Obj, bool]:
-        meta = obj["metadata"]
-        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
-            if not verbatim:
-                meta.pop(key, None)
-        if res.namespaced:
-            meta["namespace"] = ns
-        else:
-            meta.pop("namespace", None)
-        if not (verbatim and meta.get("uid")):
-            meta["uid"] = str(uuid.uuid4())
-        if not (verbatim and meta.get("creationTimestamp")):
-            meta["creationTimestamp"] = now()
-        if res.tracks_generation and not (verbatim and meta.get("generation")):
-            meta["generation"] = 1
-        if managers is None:
-            meta.pop("managedFields", None)
-            managers = ssa.record_update(None, obj, {}, manager=manager,
-                                         api_version=res.api_version, now=now(), scope="main",
-                                         has_status=False)
-        result = self._finish(res, ns, meta["name"], None, obj, managers, dry_run=dry_run)
-        if not dry_run and res.kind == "Namespace" and self.root_ca:
-            self._publish_root_ca(meta["name"])
-        return result
-
-    def update(self, res: ResourceType, ns: str | None, name: str, body: Obj, *,
-               manager: str, subresource: str = "", dry_run: bool = False) -> Obj:
-        """PUT: replace the object (or only its status), honouring a resourceVersion."""
-        with self.lock:
-            rec = self._require(res, ns, name)
-            meta = body.get("metadata") or {}
-            if meta.get("name") and meta["name"] != name:
-                raise errors.bad_request(f"the name of the object ({meta['name']}) does not "
-                                         f"match the name on the URL ({name})")
-            self._preconditions(res, rec, meta)
-            new = self._merge_system(res, rec.obj, copy.deepcopy(body), subresource)
-            managers = ssa.record_update(rec.obj, new, rec.managers, manager=manager,
-                                         api_version=res.api_version, now=now(),
-                                         scope=_scope(subresource), has_status=res.has_status)
-            stored, _ = self._finish(res, ns, name, rec, new, managers, dry_run=dry_run)
-            return copy.deepcopy(stored)
-
-    def _preconditions(self, res: ResourceType, rec: Record, meta: Obj) -> None:
-        name = rec.obj["metadata"]["name"]
-        want_rv = meta.get("resourceVersion")
-        if want_rv and str(want_rv) != rec.obj["metadata"]["resourceVersion"]:
-            raise errors.conflict_modified(res.qualified, res.group, res.plural, name)
-        want_uid = meta.get("uid")
-        if want_uid and want_uid != rec.obj["metadata"]["uid"]:
-            raise errors.uid_precondition(res.qualified, res.group, res.plural, name,
-                                          want_uid, rec.obj["metadata"]["uid"])
-
-    def _merge_system(self, res: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
-        """Keep what a client cannot change through this endpoint."""
-        if subresource == "status":
-            out = copy.deepcopy(old)
-            if "status" in new:
-                out["status"] = new["status"]
-            else:
-                out.pop("status", None)
-            return out
-        meta = new.setdefault("metadata", {})
-        old_meta = old["metadata"]
-        for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
-                    "deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
-            if key in old_meta:
-                meta[key] = old_meta[key]
-            else:
-                meta.pop(key, None)
-        meta.pop("managedFields", None)
-        if res.has_status:
-            if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
-            else:
-                new.pop("status", None)
-        return new
-
-    def patch(self, res: ResourceType, ns: str | None, name: str, patch_type: str,
-              body: Any, *, manager: str, subresource: str = "", force: bool = False,
-              dry_run: bool = False) -> tuple[Obj, bool]:
-        """PATCH of any type; returns (object, created) — only apply can create."""
-        with self.lock:
-            if patch_type == "apply":
-                return self._apply(res, ns, name, body, manager=manager,
-                                   subresource=subresource, force=force, dry_run=dry_run)
-            rec = self._require(res, ns, name)
-            if patch_type == "json":
-                patched = json_patch(rec.obj, body)
-            else:
-                if not isinstance(body, dict):
-                    raise errors.bad_request("a merge patch must be a JSON object")
-                patched = merge_patch(rec.obj, body)
-            meta_patch = body.get("metadata") if isinstance(body, dict) else None
-            if isinstance(meta_patch, dict):  # a resourceVersion in a patch is a precondition
-                self._preconditions(res, rec, meta_patch)
-            new = self._merge_system(res, rec.obj, patched, subresource)
-            managers = ssa.record_update(rec.obj, new, rec.managers, manager=manager,
-                                         api_version=res.api_version, now=now(),
-                                         scope=_scope(subresource), has_status=res.has_status)
-            stored, _ = self._finish(res, ns, name, rec, new, managers, dry_run=dry_run)
-            return copy.deepcopy(stored), False
-
-    def _apply(self, res: ResourceType, ns: str | None, name: str, body: Any, *,
-               manager: str, subresource: str, force: bool,
-               dry_run: bool) -> tuple[Obj, bool]:
-        if not isinstance(body, dict):
-            raise errors.bad_request("an apply patch must be a YAML or JSON object")
-        if not manager:
-            raise errors.bad_request("PATCH requests with apply content type must set "
-                                     "fieldManager: add ?fieldManager=<your controller>")
-        meta = body.get("metadata") or {}
-        if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match "
-                                     f"the name on the URL ({name})")
-        rec = self._record(res, ns, name)
-        scope = _scope(subresource)
-        if rec is None:
-            if subresource:
-                raise errors.not_found(res.qualified, res.group, res.plural, name)
-            self._check_namespace(res, ns, name)
-            merged, managers = ssa.apply({}, body, {}, manager=manager,
-                                         api_version=res.api_version, now=now(), force=force,
-                                         scope="main", has_status=res.has_status)
-            merged["metadata"] = {**merged.get("metadata", {}), "name": name}
-            if meta.get("generateName"):
-                merged["metadata"]["generateName"] = meta["generateName"]
-            stored, _ = self._create_record(res, ns, merged, manager=manager,
-                                            managers=managers, dry_run=dry_run)
-            return copy.deepcopy(stored), True
-        self._preconditions(res, rec, meta)
-        merged, managers = ssa.apply(rec.obj, body, rec.managers, manager=manager,
-                                     api_version=res.api_version, now=now(), force=force,
-                                     scope=scope, has_status=res.has_status)
-        new = self._merge_system(res, rec.obj, merged, subresource)
-        stored, _ = self._finish(res, ns, name, rec, new, ssa.prune(new, managers),
-                                 dry_run=dry_run)
-        return copy.deepcopy(stored), False
-
-    def delete(self, res: ResourceType, ns: str | None, name: str, *,
-               uid: str | None = None, resource_version: str | None = None,
-               propagation: str = "Background", dry_run: bool = False) -> tuple[Obj, bool]:
-        """DELETE: (last or current state, whether it is gone now)."""
-        with self.lock:
-            rec = self._require(res, ns, name)
-            self._preconditions(res, rec, {"uid": uid, "resourceVersion": resource_version})
-            if dry_run:
-                return copy.deepcopy(rec.obj), True
-            return self._delete(res, rec, propagation)
-
-    def _delete(self, res: ResourceType, rec: Record, propagation: str) -> tuple[Obj, bool]:
-        meta = rec.obj["metadata"]
-        ns, name = meta.get("namespace"), meta["name"]
-        if res.kind == "Namespace" and name in PROTECTED_NAMESPACES:
-            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this '
-                           "namespace may not be deleted", {"name": name, "kind": "namespaces"})
-        if propagation == "Orphan":
-            self._orphan(meta["uid"])
-        elif propagation == "Foreground":
-            self._delete_dependents(meta["uid"])
-        if res.kind == "Namespace":
-            return self._terminate_namespace(res, rec)
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return copy.deepcopy(rec.obj), False
-            new = copy.deepcopy(rec.obj)
-            new["metadata"]["deletionTimestamp"] = now()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            stored, _ = self._finish(res, ns, name, rec, new, rec.managers)
-            return copy.deepcopy(stored), False
-        return copy.deepcopy(self._drop(res, rec)), True
-
     # -- direct access (the outside world) -------------------------------------------
 
     def put(self, obj: Obj) -> Obj:
@@ -531,9 +330,6 @@ class Store(Admission, Controllers):
         start = pos + 1 - self.first_rv
         return self.history[start:start + limit]
 
-
-def _scope(subresource: str) -> str:
-    return "status" if subresource == "status" else "main"
 
 
 def _spec_of(obj: Obj) -> Obj:

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from eventop.localkube import errors, openapi, protobuf
+from eventop.localkube import discovery, errors, openapi, protobuf
 from eventop.localkube.errors import ApiError
 from eventop.localkube.metadata import partial, partial_list, wrong_shape
 from eventop.localkube.negotiate import PLAIN, View, view_for
@@ -32,9 +32,6 @@ from eventop.localkube.watch import WatchStream
 if TYPE_CHECKING:
     from eventop.localkube.core import LocalKube
 
-VERSION = {"major": "1", "minor": "24", "gitVersion": "v1.24.0-localkube",
-           "gitCommit": "localkube", "gitTreeState": "clean", "buildDate": "2022-05-03T13:38:19Z",
-           "goVersion": "go1.18.1", "compiler": "gc", "platform": "linux/amd64"}
 MAX_BODY = 3 * 1024 * 1024
 # Kinds whose registry answers DELETE with the object instead of a Status (ReturnDeletedObject).
 RETURNS_DELETED = ("Namespace", "Pod", "Service", "PersistentVolumeClaim")
@@ -186,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
                raw: bytes) -> tuple[int, Any] | None:
         parts = [p for p in path.split("/") if p]
         if method == "GET":
-            simple = self._simple_get(parts)
+            simple = discovery.document(self.kube.store, parts, self.server.server_address[0])
             if simple is not None:
                 return 200, simple
         if len(parts) >= 2 and parts[0] == "api":
@@ -243,62 +240,6 @@ class Handler(BaseHTTPRequestHandler):
         if method == "DELETE":
             return self._delete_collection(res, ns, query)
         raise errors.method_not_allowed()
-
-    def _simple_get(self, parts: list[str]) -> Any:
-        kube = self.kube
-        if parts in (["healthz"], ["readyz"], ["livez"]):
-            return b"ok"
-        if parts == ["version"]:
-            return VERSION
-        if parts[:2] == ["openapi", "v3"]:
-            return self._openapi(parts[2:])
-        if parts[:2] == ["openapi", "v2"]:
-            raise ApiError(404, "NotFound", "localkube serves OpenAPI v3 only (/openapi/v3), "
-                           "and validates fields itself (fieldValidation)", {})
-        if parts == ["api"]:
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server.server_address[0]}]}
-        if parts == ["apis"]:
-            groups = []
-            with kube.store.lock:
-                served = kube.store.table.group_versions()
-            for group, versions in sorted(served.items()):
-                if group:
-                    groups.append(_group(group, versions))
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
-        if len(parts) == 2 and parts[0] == "apis":
-            with kube.store.lock:
-                versions = kube.store.table.group_versions().get(parts[1])
-            if versions:
-                return {"kind": "APIGroup", "apiVersion": "v1", **_group(parts[1], versions)}
-        gv = None
-        if len(parts) == 2 and parts[0] == "api":
-            gv = ("", parts[1])
-        elif len(parts) == 3 and parts[0] == "apis":
-            gv = (parts[1], parts[2])
-        if gv is not None:
-            with kube.store.lock:
-                resources = [r for r in kube.store.table.all() if (r.group, r.version) == gv]
-            if not resources:
-                raise ApiError(404, "NotFound",
-                               "the server could not find the requested resource", {})
-            return {"kind": "APIResourceList", "apiVersion": "v1",
-                    "groupVersion": f"{gv[0]}/{gv[1]}" if gv[0] else gv[1],
-                    "resources": [e for r in sorted(resources, key=lambda r: r.plural)
-                                  for e in r.discovery()]}
-        return None
-
-    def _openapi(self, rest: list[str]) -> Obj:
-        with self.kube.store.lock:
-            served: dict[tuple[str, str], list[ResourceType]] = {}
-            for res in self.kube.store.table.all():
-                served.setdefault((res.group, res.version), []).append(res)
-        if not rest:
-            return openapi.index(served)
-        for (group, version), resources in served.items():
-            if rest == openapi.group_version_path(group, version).split("/"):
-                return openapi.document(resources)
-        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
     def _resolve(self, group: str, version: str,
                  rest: list[str]) -> tuple[ResourceType, str | None, str, str]:
@@ -406,11 +347,6 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
-
-
-def _group(group: str, versions: list[str]) -> Obj:
-    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-    return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
 
 
 def _out(res: ResourceType, obj: Obj) -> bytes:

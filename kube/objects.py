@@ -80,18 +80,20 @@ def label_value(value: str, *, prefix_chars: int = 46, hash_chars: int = 16) -> 
     return f"{prefix}-{digest}" if prefix else digest
 
 
-def dns_label(value: str, max_len: int = 63, *, fallback: str = "x") -> str:
+def dns_label(value: str, max_len: int = 63, *, fallback: str = "x",
+              fragment: bool = False) -> str:
     """``value`` as a DNS-1035 label (what Service names must be) of at most ``max_len``.
 
     A value that already is one is kept. Any other (dots, upper case, a leading digit, too
     long) becomes its cleaned prefix and a hash of the original, so ``a.b`` and ``a-b`` never
-    share a name; ``fallback`` starts it when nothing usable is left.
+    share a name; ``fallback`` starts it when nothing usable is left. A ``fragment`` goes
+    after a prefix of the caller's, so it may start with a digit (none is added then).
     """
     if len(value) <= max_len and _DNS1035.match(value):
         return value
     digest = hashlib.sha256(value.encode()).hexdigest()[:6]
     cleaned = re.sub(r"[^a-z0-9-]", "-", value.lower()).strip("-")
-    if cleaned and not cleaned[0].isalpha():
+    if cleaned and not cleaned[0].isalpha() and not fragment:
         cleaned = f"{fallback}-{cleaned}"
     cleaned = cleaned[: max_len - 7].rstrip("-")
     return f"{cleaned}-{digest}" if cleaned else f"{fallback}-{digest}"

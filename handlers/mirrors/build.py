@@ -21,8 +21,6 @@ the Secret's resourceVersion).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,14 +49,8 @@ CACHE_VOLUME = "cache"
 # value, max 63), so the StatefulSet name must stay within 52; "mirror-" + 40 = 47.
 MAX_NAME_PART = 40
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
 
 # -- names and labels ---------------------------------------------------------------
-
-
-def _short_hash(value: str, length: int = 6) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:length]
 
 
 def name_part(mirror_name: str) -> str:
@@ -66,13 +58,10 @@ def name_part(mirror_name: str) -> str:
 
     A RegistryMirror name is a DNS subdomain (dots allowed, up to 253 chars) but Service
     names must be DNS-1035 labels. Names that already fit are used as they are; any other
-    gets a hash of the original appended, so ``a.b`` and ``a-b`` never share objects.
+    gets a hash of the original appended, so ``a.b`` and ``a-b`` never share objects. (The
+    names are in existing objects: this form must not change.)
     """
-    if len(mirror_name) <= MAX_NAME_PART and _DNS1035.match(mirror_name):
-        return mirror_name
-    cleaned = re.sub(r"[^a-z0-9-]", "-", mirror_name.lower()).strip("-")
-    cleaned = cleaned[: MAX_NAME_PART - 7].rstrip("-")
-    return f"{cleaned}-{_short_hash(mirror_name)}" if cleaned else f"m-{_short_hash(mirror_name)}"
+    return objects.dns_label(mirror_name, MAX_NAME_PART, fallback="m", fragment=True)
 
 
 def label_value(value: str) -> str:
@@ -135,9 +124,6 @@ def _meta(mirror: Obj, name: str, component: str) -> Obj:
         "labels": labels(mirror, component),
         "ownerReferences": [owner_reference(mirror)],
     }
-
-
-# -- spec parsing ---------------------------------------------------------------------
 
 
 # -- the objects --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
+NS_PATH = "/api/v1/namespaces"
 RECORDINGS = REPO / "tests" / "recordings"
 
 
@@ -104,3 +105,12 @@ class RawWatch:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def shape(value: Any) -> Any:
+    """Structure without values: which keys exist, and list lengths (managedFields aside)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items() if k != "managedFields"}
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    return type(value).__name__

@@ -29,6 +29,7 @@ import yaml
 
 from eventop.kube import Kube
 from eventop.testing.processes import RouterProcess, WatcherProcess, free_port
+from eventop.testing.waiting import wait_until
 from tests.support.sinkproxy import SinkProxy
 from tests.support.tcpproxy import TcpProxy
 
@@ -116,7 +117,18 @@ class Stack:
             "EVENTOP_METRICS_PORT": str(self.watcher_metrics),
             "EVENTOP_RESYNC_SECONDS": "0", **QUIET},
             log_dir=str(self.log_dir), extra_args=list(extra))
+        # Its metrics answer once it has loaded the handlers and checked its resources; the
+        # faults read them from the start.
+        assert wait_until(self._watcher_metrics_up, 60, 0.2), \
+            "the watcher's /metrics never answered"
         return self.watcher
+
+    def _watcher_metrics_up(self) -> bool:
+        try:
+            requests.get(f"http://127.0.0.1:{self.watcher_metrics}/metrics", timeout=5)
+        except requests.ConnectionError:
+            return False
+        return True
 
     def watcher_metric(self, name: str, **labels: str) -> float:
         text = requests.get(f"http://127.0.0.1:{self.watcher_metrics}/metrics", timeout=5).text

@@ -11,6 +11,9 @@ from typing import Any
 
 import yaml
 
+from demo.controllers import job_finished, rolled_out, statefulset_controller
+from eventop.engine import PARENT_UID_LABEL
+from eventop.handlers.databases.status import WARNING_REASONS as DATABASE_WARNINGS
 from eventop.kube import Kube, KubeError
 from eventop.testing.cluster import LocalCluster, world_copy
 from eventop.testing.recordings import replay
@@ -19,10 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 GROUP = "eventop.dev/v1"
-CR_KINDS = ("RegistryMirror", "CopyRule", "ExchangeRate")
+CR_KINDS = ("RegistryMirror", "CopyRule", "ExchangeRate", "Database")
 OWNED_KINDS = (("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"),
                ("v1", "PersistentVolumeClaim"), ("apps/v1", "StatefulSet"),
-               ("apps/v1", "DaemonSet"))
+               ("apps/v1", "DaemonSet"), ("batch/v1", "Job"), ("batch/v1", "CronJob"))
+# What a Database keeps without owning it (it outlives the Database): labelled with its uid.
+KEPT_KINDS = (("v1", "Secret"), ("v1", "PersistentVolumeClaim"))
 
 
 def load_examples(folder: Path) -> list[Obj]:
@@ -44,11 +49,25 @@ def objects_by_owner(kube: Kube) -> dict[str, list[Obj]]:
     return by_owner
 
 
+def kept_by_parent(kube: Kube) -> dict[str, list[Obj]]:
+    """The objects a handler keeps without owning them, indexed by the uid of their parent:
+    a Database's credentials Secret, backup volume and data volumes."""
+    kept: dict[str, list[Obj]] = {}
+    for api_version, kind in KEPT_KINDS:
+        for obj in kube.list(api_version, kind, label_selector=PARENT_UID_LABEL):
+            uid = obj["metadata"]["labels"][PARENT_UID_LABEL]
+            kept.setdefault(uid, []).append(obj)
+    return kept
+
+
 class Expectations:
     """What must be true once the handlers converged, checked against the API server."""
 
-    def __init__(self) -> None:
+    def __init__(self, played: bool = False) -> None:
         self.gone: list[tuple[str, str, str | None]] = []  # (uid, kind/name, namespace)
+        # The demo plays the StatefulSet and Job controllers (local API server): a Database
+        # must then get as far as initialized, with its backup CronJob.
+        self.played = played
 
     def owner_deleted(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -60,7 +79,8 @@ class Expectations:
         by_owner = objects_by_owner(kube)
         for kind in CR_KINDS:
             for cr in kube.list(GROUP, kind):
-                problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []))
+                problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []),
+                                         self.played)
         for uid, what, ns in self.gone:
             left = by_owner.get(uid, [])
             if left:
@@ -69,13 +89,17 @@ class Expectations:
         return problems
 
     def wait(self, kube: Kube, timeout: float,
-             abort: Callable[[], str | None] | None = None) -> list[str]:
+             abort: Callable[[], str | None] | None = None,
+             step: Callable[[], None] | None = None) -> list[str]:
         """Wait until nothing is missing; return what still is after ``timeout``, or as soon
-        as ``abort`` says why waiting is pointless (a process exited)."""
+        as ``abort`` says why waiting is pointless (a process exited). ``step`` runs before
+        each look (the controllers the demo plays)."""
         deadline = time.monotonic() + timeout
         problems = ["not checked yet"]
         while time.monotonic() < deadline:
             try:
+                if step:
+                    step()
                 problems = self.missing(kube)
             except KubeError as exc:
                 problems = [f"API error while checking: {exc}"]
@@ -88,7 +112,7 @@ class Expectations:
         return problems
 
 
-def _cr_problems(cr: Obj, owned: list[Obj]) -> list[str]:
+def _cr_problems(cr: Obj, owned: list[Obj], played: bool = False) -> list[str]:
     meta, status = cr["metadata"], cr.get("status") or {}
     where = f"{cr['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}" \
             f"{meta['name']}"
@@ -107,6 +131,19 @@ def _cr_problems(cr: Obj, owned: list[Obj]) -> list[str]:
                        "DaemonSet"])
         if kinds != want:
             return [f"{where}: owns {kinds}, expected {want}"]
+    if cr["kind"] == "Database":
+        kinds = sorted(o["kind"] for o in owned)
+        if not {"ConfigMap", "Service", "StatefulSet"} <= set(kinds) or \
+                kinds.count("Service") != 2:
+            return [f"{where}: owns {kinds}, expected a ConfigMap, two Services and a "
+                    "StatefulSet"]
+        said = {t: f"{t}={c.get('status')}({c.get('reason')})" for t, c in conditions.items()}
+        backups = conditions.get("BackupHealthy", {}).get("reason")
+        if played and ("CronJob" not in kinds or backups in (None, "NotScheduled")
+                       or said.get("Initialized") != "Initialized=True(Initialized)"
+                       or said.get("Ready") != "Ready=True(Running)"):
+            return [f"{where}: not running, initialized and scheduling backups yet "
+                    f"({', '.join(said.values())}; owns {kinds})"]
     if "Ready" not in conditions:
         return [f"{where}: no Ready condition in status"]
     return []
@@ -124,6 +161,16 @@ DEMO_SOURCES: list[Obj] = [
                   "labels": {"eventop.dev/publish": "ca-bundle"}},
      "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n(demo)\n-----END CERTIFICATE-----\n"}},
 ]
+
+
+def _owner_kind(obj: Obj) -> str | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return refs[0].get("kind") if refs else None
+
+
+def _where(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace'] + '/' if meta.get('namespace') else ''}{meta['name']}"
 
 
 class World:
@@ -164,6 +211,29 @@ class LocalWorld(World):
 
     def put(self, obj: Obj) -> None:
         self.cluster.put(obj)
+
+    def play_controllers(self) -> list[str]:
+        """Play, for the Databases, the components the local API server lacks (it runs no
+        kubelet, StatefulSet or Job controller), writing what they would write: a Database's
+        StatefulSet gets its claims and reports every pod Ready, its init Job is reported
+        Complete. Nothing runs. Returns what it did, to be said."""
+        said: list[str] = []
+        for sts in self.kube.list("apps/v1", "StatefulSet"):
+            if _owner_kind(sts) == "Database" and not rolled_out(sts):
+                claims = statefulset_controller(self.kube, self.cluster.put, sts)
+                replicas = sts["spec"].get("replicas", 1)
+                said.append(f"StatefulSet {_where(sts)}: {replicas} of {replicas} pods "
+                            "reported Ready" + (f", claims {', '.join(claims)} made"
+                                                if claims else "")
+                            + " (as the StatefulSet controller and the kubelet would)")
+        for job in self.kube.list("batch/v1", "Job",
+                                  label_selector="app.kubernetes.io/component=init"):
+            if _owner_kind(job) == "Database" and not (job.get("status") or {}).get(
+                    "conditions"):
+                job_finished(self.kube, job["metadata"]["name"], job["metadata"]["namespace"])
+                said.append(f"Job {_where(job)}: reported Complete (as the Job controller "
+                            "would; no pod ran, no SQL was executed)")
+        return said
 
     def replay_recordings(self, folder: Path, expect: Expectations) -> int:
         """Make the recorded changes happen again, in order, paced like a live cluster (the
@@ -226,11 +296,21 @@ EXPLAIN_LOCAL = {
 }
 
 
+def _is_problem(type_: str, status: str, reason: str) -> bool:
+    """Ready not True, Degraded True, Initialized or BackupHealthy False (Unknown: not yet),
+    or a reason the Database handler warns about (a refused downgrade, a failed snapshot)."""
+    if type_ == "Ready":
+        return status != "True"
+    if type_ in ("Initialized", "BackupHealthy"):
+        return status == "False"
+    return (type_ == "Degraded" and status == "True") or reason in DATABASE_WARNINGS
+
+
 def _explained(condition: Obj, local: bool, explained: set[str]) -> str | None:
     """The condition's message and what it means (once per reason: ``explained`` remembers),
     for a condition that reports a problem."""
-    bad = (condition.get("type") == "Ready") != (condition.get("status") == "True")
     reason = condition.get("reason", "")
+    bad = _is_problem(condition.get("type", ""), condition.get("status", ""), reason)
     meaning = EXPLAIN.get(reason) or (EXPLAIN_LOCAL.get(reason) if local else None)
     if not bad or not (meaning or condition.get("message")):
         return None
@@ -242,15 +322,22 @@ def _explained(condition: Obj, local: bool, explained: set[str]) -> str | None:
 
 
 def report(kube: Kube, namespaces: list[str] | None, local: bool = False) -> None:
-    """Print every custom resource with its status and the objects it owns; a condition that
-    reports a problem is printed with its message and, when known, what it means."""
+    """Print every custom resource with its status and the objects it owns (and, for a
+    Database, those it keeps without owning); a condition that reports a problem is printed
+    with its message and, when known, what it means. Secrets show their keys, never a
+    value."""
     by_owner = objects_by_owner(kube)
+    kept = kept_by_parent(kube)
     explained: set[str] = set()
     for kind in CR_KINDS:
         items = kube.list(GROUP, kind)
         items = [i for i in items if namespaces is None
                  or i["metadata"].get("namespace") in namespaces]
         print(f"\n{kind} ({len(items)})")
+        if kind == "Database" and local and items:
+            print("  (the local API server runs no kubelet, StatefulSet or Job controller: "
+                  "the demo played them,\n   reporting pods Ready and init Jobs Complete; "
+                  "no PostgreSQL ran, and no backup has run yet)")
         for cr in items:
             meta, status = cr["metadata"], cr.get("status") or {}
             conds = ", ".join(f"{c['type']}={c['status']}({c.get('reason', '')})"
@@ -262,13 +349,39 @@ def report(kube: Kube, namespaces: list[str] | None, local: bool = False) -> Non
                 said = _explained(condition, local, explained)
                 if said:
                     print(f"      ! {said}")
-            for obj in sorted(by_owner.get(meta["uid"], []),
-                              key=lambda o: (o["kind"], o["metadata"].get("namespace", ""),
-                                             o["metadata"]["name"])):
-                om = obj["metadata"]
-                detail = ""
-                if obj["kind"] == "ConfigMap" and "rate" in (obj.get("data") or {}):
-                    d = obj["data"]
-                    detail = f"  1 {d.get('base')} = {d.get('rate')} {d.get('currency')} " \
-                             f"({d.get('date')})"
-                print(f"      └ {obj['kind']} {om.get('namespace')}/{om['name']}{detail}")
+            for obj in _sorted(by_owner.get(meta["uid"], [])):
+                print(f"      └ {_line(obj)}")
+            outliving = _sorted(kept.get(meta["uid"], []))
+            if outliving:
+                print("      kept, not owned (they outlive it):")
+            for obj in outliving:
+                print(f"      └ {_line(obj)}")
+
+
+def _sorted(objects: list[Obj]) -> list[Obj]:
+    return sorted(objects, key=lambda o: (o["kind"], o["metadata"].get("namespace", ""),
+                                          o["metadata"]["name"]))
+
+
+def _line(obj: Obj) -> str:
+    """One object of the report, with what matters about it. A Secret shows its keys only."""
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    detail = ""
+    if obj["kind"] == "ConfigMap" and "rate" in (obj.get("data") or {}):
+        d = obj["data"]
+        detail = f"  1 {d.get('base')} = {d.get('rate')} {d.get('currency')} ({d.get('date')})"
+    elif obj["kind"] == "Secret":
+        detail = f"  keys {', '.join(sorted(obj.get('data') or {}))} (values not shown)"
+    elif obj["kind"] == "StatefulSet":
+        image = spec["template"]["spec"]["containers"][0].get("image")
+        detail = f"  {status.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready, {image}"
+    elif obj["kind"] == "CronJob":
+        pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+        detail = f"  schedule {spec.get('schedule')!r}, {pod['containers'][0].get('image')}"
+    elif obj["kind"] == "Job":
+        finished = [c["type"] for c in status.get("conditions") or []
+                    if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"]
+        detail = f"  {finished[0] if finished else 'running'}"
+    elif obj["kind"] == "PersistentVolumeClaim":
+        detail = f"  {((spec.get('resources') or {}).get('requests') or {}).get('storage')}"
+    return f"{obj['kind']} {meta.get('namespace')}/{meta['name']}{detail}"

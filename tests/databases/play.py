@@ -17,31 +17,14 @@ writes only what those components would write:
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from demo.controllers import job_finished, rolled_out, stamp, statefulset_controller
 from eventop.kube import Kube
 from eventop.testing import Cluster
 
 Obj = dict[str, Any]
 SNAPSHOTS = "snapshot.storage.k8s.io/v1"
-
-
-def stamp(moment: datetime | None = None) -> str:
-    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rolled_out(sts: Obj | None) -> bool:
-    """Every replica of the StatefulSet's current spec ready, as its controller reports."""
-    if sts is None:
-        return False
-    want, status = sts["spec"].get("replicas", 1), sts.get("status") or {}
-    return (status.get("observedGeneration", 0) >= sts["metadata"]["generation"]
-            and status.get("readyReplicas", 0) == want
-            and status.get("updatedReplicas", 0) == want
-            and status.get("currentRevision") == status.get("updateRevision"))
 
 
 class Components:
@@ -90,32 +73,9 @@ class Components:
                                      "PodScheduled")]})
 
     def _statefulset_controller(self, name: str, namespace: str) -> None:
-        """What the StatefulSet controller and the kubelet together make of a StatefulSet:
-        a claim per replica and claim template (labelled with the template's labels and the
-        selector's), and every replica ready on the current revision."""
         sts = self.kube.get_or_none("apps/v1", "StatefulSet", name, namespace)
-        if sts is None:
-            return
-        spec = sts["spec"]
-        replicas = spec.get("replicas", 1)
-        for template in spec.get("volumeClaimTemplates") or []:
-            for i in range(replicas):
-                claim = f"{template['metadata']['name']}-{name}-{i}"
-                if self.kube.get_or_none("v1", "PersistentVolumeClaim", claim,
-                                         namespace) is None:
-                    self.cluster.put({
-                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": claim, "namespace": namespace, "labels": {
-                            **(template["metadata"].get("labels") or {}),
-                            **spec["selector"]["matchLabels"]}},
-                        "spec": template["spec"]})
-        revision = f"{name}-" + hashlib.sha256(json.dumps(
-            spec["template"], sort_keys=True).encode()).hexdigest()[:10]
-        self._status("apps/v1", "StatefulSet", name, namespace, {
-            "observedGeneration": sts["metadata"]["generation"], "replicas": replicas,
-            "readyReplicas": replicas, "currentReplicas": replicas,
-            "updatedReplicas": replicas, "availableReplicas": replicas,
-            "currentRevision": revision, "updateRevision": revision})
+        if sts is not None:
+            statefulset_controller(self.kube, self.cluster.put, sts)
 
     # -- Jobs --------------------------------------------------------------------------------
 
@@ -124,17 +84,7 @@ class Components:
         router makes it)."""
         self.cluster.wait_for(lambda: self.cluster.get("batch/v1/Job", name, namespace),
                               self.timeout, f"Job {name}")
-        started, now = stamp(datetime.now(UTC) - timedelta(seconds=30)), stamp()
-        if ok:
-            status: Obj = {"startTime": started, "completionTime": now, "succeeded": 1,
-                           "conditions": [{"type": "Complete", "status": "True",
-                                           "lastProbeTime": now, "lastTransitionTime": now}]}
-        else:
-            status = {"startTime": started, "failed": 3, "conditions": [{
-                "type": "Failed", "status": "True", "lastProbeTime": now,
-                "lastTransitionTime": now, "reason": "BackoffLimitExceeded",
-                "message": "Job has reached the specified backoff limit"}]}
-        return self._status("batch/v1", "Job", name, namespace, status)
+        return job_finished(self.kube, name, namespace, ok=ok)
 
     def cronjob_runs(self, cronjob: str, namespace: str, job: str) -> Obj:
         """A Job from the CronJob's template, owned by it (``kubectl create job --from``)."""

@@ -7,8 +7,10 @@ the watcher and the replay of the recordings).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +100,67 @@ def test_the_cluster_named_by_the_flag_is_used(tmp_path: Path) -> None:
         rates_there = kube.list("eventop.dev/v1", "ExchangeRate", namespace="eventop-demo")
         assert rates_there and all(r["status"]["rate"] for r in rates_there)
         assert kube.list("eventop.dev/v1", "CopyRule") == []  # never cluster-wide rules
+        # A real cluster has its controllers: the demo plays none, and says what is there.
+        secret = kube.get("v1", "Secret", "orders-credentials", "eventop-demo")
+    assert "demo plays a controller" not in proc.stdout
+    orders = database_block(proc.stdout, "eventop-demo/orders")
+    assert "Ready=False(ServerNotReady)" in orders[0]
+    assert any(line.startswith("      └ StatefulSet eventop-demo/orders-pg16  0/1 ready, ")
+               for line in orders), orders
+    assert "      └ Secret eventop-demo/orders-credentials  keys database, host, password, port, " \
+           "replication-password, superuser-password, uri, username (values not shown)" \
+        in orders
+    for key in ("password", "superuser-password", "replication-password", "uri"):
+        value = base64.b64decode(secret["data"][key]).decode()
+        assert value not in proc.stdout + proc.stderr, f"the demo printed the {key}"
+
+
+def database_block(out: str, name: str) -> list[str]:
+    """The report's lines about Database ``name``: its own line, then what it owns and keeps."""
+    lines = out[out.index("\nDatabase ("):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {name}  "))
+    end = next((i for i in range(start + 1, len(lines))
+                if not lines[i].startswith("      ")), len(lines))
+    return lines[start:end]
+
+
+def test_the_local_demo_shows_each_database_with_what_it_owns_and_the_controllers_it_played(
+        ) -> None:
+    proc = run_demo("--timeout", "120", env=demo_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    # What the demo did in a controller's place is said as it happens, and in the report.
+    assert "  demo plays a controller: StatefulSet shop/orders-pg16: 1 of 1 pods reported " \
+           "Ready, claims data-orders-pg16-0 made (as the StatefulSet controller and the " \
+           "kubelet would)" in out
+    assert "  demo plays a controller: Job shop/orders-init: reported Complete (as the Job " \
+           "controller would; no pod ran, no SQL was executed)" in out
+    assert "\nDatabase (2)\n  (the local API server runs no kubelet, StatefulSet or Job " \
+           "controller: the demo played them," in out
+    orders = database_block(out, "shop/orders")
+    assert re.search(r"BackupHealthy=Unknown\(AwaitingFirstBackup\), Initialized=True\("
+                     r"Initialized\), Progressing=False\(Stable\), Ready=True\(Running\)  .*"
+                     r"'endpoint': 'orders.shop.svc:5432'.*'phase': 'Ready'", orders[0])
+    image = re.search(r"'image': '(docker.io/library/postgres:16\.\d+)'", orders[0])
+    assert image, orders[0]
+    assert orders[1:] == [
+        "      └ ConfigMap shop/orders-config",
+        f"      └ CronJob shop/orders-backup  schedule '0 0 * * *', {image[1]}",
+        "      └ Job shop/orders-init  Complete",
+        "      └ Service shop/orders",
+        "      └ Service shop/orders-hl",
+        f"      └ StatefulSet shop/orders-pg16  1/1 ready, {image[1]}",
+        "      kept, not owned (they outlive it):",
+        "      └ PersistentVolumeClaim shop/data-orders-pg16-0  5Gi",
+        "      └ PersistentVolumeClaim shop/orders-backups  5Gi",
+        "      └ Secret shop/orders-credentials  keys database, host, password, port, "
+        "replication-password, superuser-password, uri, username (values not shown)"]
+    replicated = database_block(out, "shop/inventory")
+    assert "Ready=True(Running)" in replicated[0] and "'readyReplicas': 3" in replicated[0]
+    assert re.search(r"└ StatefulSet shop/inventory-pg17  3/3 ready", "\n".join(replicated))
+    assert [line for line in replicated if "data-inventory" in line] == [
+        f"      └ PersistentVolumeClaim shop/data-inventory-pg17-{i}  20Gi" for i in range(3)]
+    assert "postgresql://" not in out  # the uri (with its password) is never shown
 
 
 def test_an_unreachable_cluster_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
@@ -118,9 +181,9 @@ def test_a_cluster_without_the_crds_says_to_install_them(tmp_path: Path) -> None
             "v1", "Namespace")}
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
-    assert "does not serve CopyRule.eventop.dev/v1, ExchangeRate.eventop.dev/v1, " \
-           "RegistryMirror.eventop.dev/v1: install the CRDs first (kubectl apply -k crds/)" \
-           in line
+    assert "does not serve CopyRule.eventop.dev/v1, Database.eventop.dev/v1, " \
+           "ExchangeRate.eventop.dev/v1, RegistryMirror.eventop.dev/v1: install the CRDs " \
+           "first (kubectl apply -k crds/)" in line
     assert "eventop-demo" not in namespaces
 
 

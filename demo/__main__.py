@@ -170,7 +170,9 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
                   "mirrors-and-rates) and applied the examples in crds/examples/")
         else:
             print("  [5/5] world: applied the examples in crds/examples/ "
-                  f"(namespace {world.namespace})")
+                  f"(namespace {world.namespace}); not the CopyRules, which act on every "
+                  "namespace, nor the Databases, whose finalizer needs a router running after "
+                  "the demo's stopped")
         world.apply_examples(load_examples(REPO / "crds" / "examples"), expect)
     except Exception as exc:
         raise Failed(f"changing the world failed: {_one_line(exc)}") from None

@@ -15,6 +15,7 @@ from eventop.handlers.mirrors import build
 from eventop.handlers.mirrors.build import Names
 from eventop.handlers.mirrors.spec import validate_upstream
 from eventop.kube import selector_matches
+from tests.mirrors.support import container, env_of
 
 Obj = dict[str, Any]
 
@@ -78,15 +79,6 @@ def parts(m: Obj) -> tuple[Obj, Obj, Obj, Obj, Obj]:
     names = Names.of(m["metadata"]["name"])
     return (kinds["PersistentVolumeClaim"][0], services[names.headless_service],
             services[names.service], kinds["StatefulSet"][0], kinds["DaemonSet"][0])
-
-
-def container(workload: Obj) -> Obj:
-    (c,) = workload["spec"]["template"]["spec"]["containers"]
-    return c
-
-
-def env_of(workload: Obj) -> dict[str, Obj]:
-    return {e["name"]: e for e in container(workload)["env"]}
 
 
 @pytest.fixture(params=sorted(MIRRORS), ids=str)

@@ -8,6 +8,7 @@ from typing import Any
 from eventop.engine.testing import World
 from eventop.handlers.mirrors import mirrors
 from eventop.handlers.mirrors.build import Names
+from tests.mirrors.support import env_of
 
 Obj = dict[str, Any]
 NS = "registry-mirrors"
@@ -43,10 +44,6 @@ def status(world: World, name: str) -> Obj:
 
 def condition(world: World, name: str, type_: str) -> Obj:
     return next(c for c in status(world, name)["conditions"] if c["type"] == type_)
-
-
-def env(sts: Obj) -> dict[str, Obj]:
-    return {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
 def events(world: World, name: str) -> list[tuple[str, str]]:
@@ -118,7 +115,7 @@ def test_spec_changes_update_the_objects_in_place() -> None:
                                         hostPort=5011, ttl="0"))
     objs = owned(world, "internal")
     assert {k: o["metadata"]["uid"] for k, o in objs.items()} == uids
-    sts_env = env(objs[("StatefulSet", "mirror-internal")])
+    sts_env = env_of(objs[("StatefulSet", "mirror-internal")])
     assert sts_env["REGISTRY_PROXY_REMOTEURL"]["value"] == "https://registry.example.com"
     assert sts_env["REGISTRY_STORAGE_DELETE_ENABLED"]["value"] == "false"
     ds = objs[("DaemonSet", "mirror-internal-node")]
@@ -274,7 +271,7 @@ def test_a_spec_broken_after_creation_keeps_the_objects_and_recovers_when_fixed(
     assert status(world, "quay")["observedGeneration"] == 2
     world.changed(mirrors, changed_spec(world, "quay", ttl="24h"))
     assert condition(world, "quay", "Degraded")["status"] == "False"
-    assert env(owned(world, "quay")[("StatefulSet", "mirror-quay")])["REGISTRY_PROXY_TTL"][
+    assert env_of(owned(world, "quay")[("StatefulSet", "mirror-quay")])["REGISTRY_PROXY_TTL"][
         "value"] == "24h"
     assert events(world, "quay") == [("Warning", "InvalidTTL"), ("Normal", "Recovered")]
 
@@ -296,7 +293,7 @@ def test_a_missing_credentials_secret_is_reported_until_it_appears() -> None:
     world.changed(mirrors, secret)
     assert condition(world, "internal", "Degraded")["status"] == "False"
     sts = owned(world, "internal")[("StatefulSet", "mirror-internal")]
-    assert env(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+    assert env_of(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": "internal-creds", "key": "password"}
     assert sts["spec"]["template"]["metadata"]["annotations"][
         "eventop.dev/credentials-version"] == secret["metadata"]["resourceVersion"]

@@ -16,6 +16,7 @@ from eventop.events import REF_PREFIX
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import Names
 from eventop.kube import Kube
+from tests.mirrors.support import env_of
 from tests.support.engine import deliver, running_engine, wait_cached
 
 Obj = dict[str, Any]
@@ -89,10 +90,6 @@ def events_about(world: Any, name: str) -> list[Obj]:
             and e["involvedObject"].get("kind") == "RegistryMirror"]
 
 
-def env(sts: Obj) -> dict[str, Obj]:
-    return {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
-
-
 def sts_of(world: Any, name: str) -> Obj | None:
     found: Obj | None = world.get("apps/v1", "StatefulSet", Names.of(name).statefulset, NS)
     return found
@@ -133,7 +130,7 @@ def test_a_new_mirror_gets_its_five_objects_and_a_status(world: Any, engine: Eng
         ("StatefulSet", "mirror-docker-hub")]
     for obj in objs.values():
         assert obj["metadata"]["ownerReferences"][0]["uid"] == mirror["metadata"]["uid"]
-    assert env(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
+    assert env_of(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
         "https://registry-1.docker.io"
     assert pvc_size(world, "docker-hub") == "20Gi"
     status = status_of(world, "docker-hub")
@@ -201,7 +198,7 @@ def test_spec_changes_update_the_objects_in_place(world: Any, engine: Engine) ->
     mirror_event(world, engine, "internal")
     objs = owned_objects(world, "internal")
     assert {k: o["metadata"]["uid"] for k, o in objs.items()} == uids
-    sts_env = env(sts_of(world, "internal"))
+    sts_env = env_of(sts_of(world, "internal"))
     assert sts_env["REGISTRY_PROXY_REMOTEURL"]["value"] == "https://registry.example.com"
     assert sts_env["REGISTRY_STORAGE_DELETE_ENABLED"]["value"] == "false"
     ds = objs[("DaemonSet", "mirror-internal-node")]
@@ -294,7 +291,7 @@ def test_a_refused_resize_is_reported_and_the_rest_still_applied(
     degraded = condition(world, "docker-hub", "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "ResizeRefused")
     assert "50Gi" in degraded["message"]
-    assert env(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
+    assert env_of(sts_of(world, "docker-hub"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
         "https://mirror.gcr.io"
     assert status_of(world, "docker-hub")["observedGeneration"] == 2
     warnings = [e for e in events_about(world, "docker-hub") if e["type"] == "Warning"]
@@ -392,7 +389,7 @@ def test_a_missing_credentials_secret_is_reported_until_it_appears(
     assert condition(world, "internal", "Degraded")["status"] == "False"
     sts = sts_of(world, "internal")
     assert sts is not None
-    assert env(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+    assert env_of(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": "internal-creds", "key": "password"}
     assert sts["spec"]["template"]["metadata"]["annotations"][
         "eventop.dev/credentials-version"] == secret["metadata"]["resourceVersion"]

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from eventop.engine import SpecError
 from eventop.kube import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -57,10 +58,6 @@ SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 KIND_BY_RULE_TYPE = {"configmap": "ConfigMap", "secret": "Secret"}
 PAYLOAD_FIELDS = ("data", "binaryData", "type", "immutable")
-
-class SpecError(ValueError):
-    """The rule's spec can not be acted on; the message tells the user what to fix."""
-
 
 def rule_kind(rule: Obj) -> str:
     """``ConfigMap`` or ``Secret`` for a rule's ``spec.ruleType``."""

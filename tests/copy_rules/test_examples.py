@@ -7,13 +7,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from eventop.handlers.copy_rules import desired
-from tests.support.crds import load_crd, storage_schema
+from tests.support.crds import docs_of, example_files, load_crd, storage_schema
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "crds" / "examples").glob("copyrule-*.yaml"))
+EXAMPLES = example_files("copyrule")
 
 
 def crd() -> dict[str, Any]:
@@ -25,7 +23,7 @@ def crd_schema() -> dict[str, Any]:
 
 
 def rules_in(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "CopyRule"]
+    return docs_of("CopyRule", [path])
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

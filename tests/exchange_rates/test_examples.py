@@ -7,12 +7,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
-from tests.support.crds import load_crd, storage_schema
+from tests.support.crds import docs_of, example_files, load_crd, storage_schema
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "crds" / "examples").glob("exchangerate-*.yaml"))
+EXAMPLES = example_files("exchangerate")
 
 
 def crd_schema() -> dict[str, Any]:
@@ -20,8 +18,7 @@ def crd_schema() -> dict[str, Any]:
 
 
 def exchange_rates_in(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text())
-            if d and d.get("kind") == "ExchangeRate"]
+    return docs_of("ExchangeRate", [path])
 
 
 def test_there_are_examples_for_more_than_one_base() -> None:

@@ -2,36 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 
 from eventop.handlers.mirrors import build
-from tests.support.crds import load_crd, storage_schema
+from tests.support.crds import docs_of, example_files, load_crd, storage_schema
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "crds" / "examples").glob("registrymirror-*.yaml"))
+EXAMPLES = example_files("registrymirror")
 
 
 def crd_schema() -> dict[str, Any]:
     return storage_schema("registrymirrors.yaml")
 
 
-def docs_of(kind: str) -> list[dict[str, Any]]:
-    return [d for p in EXAMPLES for d in yaml.safe_load_all(p.read_text())
-            if d and d.get("kind") == kind]
-
-
 def test_examples_cover_docker_hub_gcr_quay_and_an_internal_registry_with_credentials() -> None:
-    mirrors = {m["spec"]["upstream"]: m for m in docs_of("RegistryMirror")}
+    mirrors = {m["spec"]["upstream"]: m for m in docs_of("RegistryMirror", EXAMPLES)}
     assert {"https://registry-1.docker.io", "https://gcr.io", "https://quay.io"} <= set(mirrors)
     with_creds = [m for m in mirrors.values() if m["spec"].get("credentialsSecretRef")]
     assert with_creds
-    secrets = {s["metadata"]["name"]: s for s in docs_of("Secret")}
+    secrets = {s["metadata"]["name"]: s for s in docs_of("Secret", EXAMPLES)}
     for m in with_creds:
         secret = secrets[m["spec"]["credentialsSecretRef"]["name"]]
         assert secret["metadata"]["namespace"] == m["metadata"]["namespace"]
@@ -39,11 +31,12 @@ def test_examples_cover_docker_hub_gcr_quay_and_an_internal_registry_with_creden
 
 
 def test_examples_use_distinct_host_ports() -> None:
-    ports = [m["spec"].get("hostPort", 5000) for m in docs_of("RegistryMirror")]
+    ports = [m["spec"].get("hostPort", 5000) for m in docs_of("RegistryMirror", EXAMPLES)]
     assert len(ports) == len(set(ports))
 
 
-@pytest.mark.parametrize("mirror", docs_of("RegistryMirror"), ids=lambda m: m["metadata"]["name"])
+@pytest.mark.parametrize("mirror", docs_of("RegistryMirror", EXAMPLES),
+                         ids=lambda m: m["metadata"]["name"])
 def test_example_is_valid_against_the_crd_schema_and_builds_valid_objects(
         mirror: dict[str, Any]) -> None:
     jsonschema.validate(mirror, crd_schema())
@@ -52,7 +45,8 @@ def test_example_is_valid_against_the_crd_schema_and_builds_valid_objects(
         kubernetes_validate.validate(obj, "1.28", strict=True)
 
 
-@pytest.mark.parametrize("doc", docs_of("Secret") + docs_of("Namespace"), ids=lambda d: d["kind"])
+@pytest.mark.parametrize("doc", docs_of("Secret", EXAMPLES) + docs_of("Namespace", EXAMPLES),
+                         ids=lambda d: d["kind"])
 def test_other_example_objects_pass_the_kubernetes_schema(doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, "1.28", strict=True)
 

@@ -16,6 +16,7 @@ import pytest
 from demo.provider import RatesStandIn
 from eventop.events import REFRESH_TYPE
 from eventop.kube.errors import KubeError
+from tests.exchange_rates.support import exchange_rate
 
 pytestmark = pytest.mark.cluster
 
@@ -35,14 +36,6 @@ def namespace(cluster_pipeline: Any) -> Iterator[str]:
             cluster_pipeline.cluster.world.delete("v1", "Namespace", name)
 
 
-def exchange_rate(name: str, namespace: str, currency: str, base: str | None = None) -> Obj:
-    spec: Obj = {"currency": currency}
-    if base:
-        spec["base"] = base
-    return {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-
-
 def put_and_post(pipe: Any, obj: Obj, change: str = "add") -> Obj:
     stored: Obj = pipe.cluster.put(obj)
     assert pipe.post(change, stored) in (200, 202)
@@ -52,8 +45,8 @@ def put_and_post(pipe: Any, obj: Obj, change: str = "add") -> Obj:
 def test_exchange_rate_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: str,
                                                    standin: RatesStandIn) -> None:
     pipe = cluster_pipeline
-    put_and_post(pipe, exchange_rate("usd", namespace, "USD"))
-    stored = put_and_post(pipe, exchange_rate("chf", namespace, "CHF"))
+    put_and_post(pipe, exchange_rate("usd", "USD", namespace=namespace))
+    stored = put_and_post(pipe, exchange_rate("chf", "CHF", namespace=namespace))
 
     usd = pipe.cluster.kube.get("v1", "ConfigMap", "usd", namespace)
     assert usd["data"]["rate"] == "1.0812"
@@ -65,7 +58,7 @@ def test_exchange_rate_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namesp
     assert status["observedGeneration"] == 1
 
     # switched to GBP: rewritten at once
-    put_and_post(pipe, exchange_rate("chf", namespace, "GBP"), "update")
+    put_and_post(pipe, exchange_rate("chf", "GBP", namespace=namespace), "update")
     chf = pipe.cluster.kube.get("v1", "ConfigMap", "chf", namespace)
     assert (chf["data"]["currency"], chf["data"]["rate"]) == ("GBP", "0.8352")
 
@@ -89,7 +82,7 @@ def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failur
     pipe = cluster_pipeline
     for name, currency, base in [("usd", "USD", None), ("gbp", "GBP", "EUR"),
                                  ("yen", "JPY", "USD")]:
-        pipe.cluster.put(exchange_rate(name, namespace, currency, base))
+        pipe.cluster.put(exchange_rate(name, currency, base, namespace=namespace))
 
     # No add event is sent: the refresh alone fills the ConfigMaps. It reads the router's
     # cache, which may not hold ExchangeRates made a moment ago yet (those are the next

@@ -51,7 +51,7 @@ from eventop.handlers.exchange_rates.desired import (
     is_converged,
 )
 from eventop.handlers.registry import Registry
-from eventop.kube import Kube, now_rfc3339, objects
+from eventop.kube import Kube, is_owned_by, now_rfc3339
 
 #: This package's handlers; :func:`eventop.handlers.load` includes it in the router's.
 registry = Registry()
@@ -112,7 +112,7 @@ def exchange_rate_deleted(event: Event, kube: Kube) -> str:
     if cm is None:
         return f"ConfigMap {where} already gone"
     current = kube.get_or_none(API_VERSION, KIND, ref.name, ref.namespace)
-    if current is not None and objects.is_owned_by(cm, current["metadata"]["uid"]):
+    if current is not None and is_owned_by(cm, current["metadata"]["uid"]):
         return f"ExchangeRate {where} exists again and owns its ConfigMap; left in place"
     owners = [r for r in cm["metadata"].get("ownerReferences") or []
               if r.get("kind") == KIND and r.get("name") == ref.name

@@ -28,7 +28,7 @@ from typing import Any
 
 from eventop.engine import Child, Desired, Note, Outcome, SpecError
 from eventop.handlers.exchange_rates.provider import ProviderError, Quote
-from eventop.kube import objects
+from eventop.kube import get_condition, is_owned_by, owner_reference, set_condition, standard_labels
 
 Obj = dict[str, Any]
 
@@ -74,8 +74,8 @@ def configmap_for(cr: Obj, quote: Quote) -> Obj:
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
             "name": meta["name"], "namespace": meta["namespace"],
-            "labels": objects.standard_labels(LABELS_NAME, meta["name"], LABELS_COMPONENT),
-            "ownerReferences": [objects.owner_reference(cr)],
+            "labels": standard_labels(LABELS_NAME, meta["name"], LABELS_COMPONENT),
+            "ownerReferences": [owner_reference(cr)],
         },
         "data": {
             "rate": quote.rate(currency), "base": quote.base, "currency": currency,
@@ -93,7 +93,7 @@ def earlier_ones(cr: Obj, cm: Obj) -> bool:
 
 def is_ours(cm: Obj, cr: Obj) -> bool:
     """This ExchangeRate's ConfigMap (by uid), or an earlier one's of the same name."""
-    return objects.is_owned_by(cm, cr["metadata"]["uid"]) or earlier_ones(cr, cm)
+    return is_owned_by(cm, cr["metadata"]["uid"]) or earlier_ones(cr, cm)
 
 
 def same_values(existing: Obj, desired: Obj) -> bool:
@@ -102,7 +102,7 @@ def same_values(existing: Obj, desired: Obj) -> bool:
     if any(data.get(k) != desired["data"][k] for k in VALUE_KEYS):
         return False
     meta = existing.get("metadata") or {}
-    if not objects.is_owned_by(existing, desired["metadata"]["ownerReferences"][0]["uid"]):
+    if not is_owned_by(existing, desired["metadata"]["ownerReferences"][0]["uid"]):
         return False
     labels = meta.get("labels") or {}
     return all(labels.get(k) == v for k, v in desired["metadata"]["labels"].items())
@@ -123,10 +123,10 @@ def is_converged(cr: Obj, cm: Obj | None) -> bool:
     meta, status = cr["metadata"], cr.get("status") or {}
     if status.get("observedGeneration") != meta.get("generation"):
         return False
-    ready = objects.get_condition(status, "Ready")
+    ready = get_condition(status, "Ready")
     if ready is None or ready.get("status") != "True":
         return False
-    if cm is None or not objects.is_owned_by(cm, meta["uid"]):
+    if cm is None or not is_owned_by(cm, meta["uid"]):
         return False
     data = cm.get("data") or {}
     return (data.get("base") == base_of(cr) and data.get("currency") == currency_of(cr)
@@ -156,7 +156,7 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
         "rate": data["rate"], "date": data["date"],
         "lastSuccessfulFetch": answer.fetched_at,
         "observedGeneration": meta.get("generation"),
-        "conditions": objects.set_condition(
+        "conditions": set_condition(
             (cr.get("status") or {}).get("conditions"), "Ready", True, "RateFetched",
             message, answer.fetched_at, meta.get("generation")),
     }
@@ -206,7 +206,7 @@ def failed_status(cr: Obj, reason: str, message: str, now: str) -> Obj:
     meta = cr["metadata"]
     return {
         "observedGeneration": meta.get("generation"),
-        "conditions": objects.set_condition(
+        "conditions": set_condition(
             (cr.get("status") or {}).get("conditions"), "Ready", False, reason, message, now,
             meta.get("generation")),
     }

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventop.handlers.mirrors.spec import MirrorSpec, parse_spec
-from eventop.kube import objects, owner_reference, standard_labels
+from eventop.kube import dns_label, owner_reference, standard_labels
+from eventop.kube import label_value as kube_label_value
 
 Obj = dict[str, Any]
 
@@ -61,7 +62,7 @@ def name_part(mirror_name: str) -> str:
     gets a hash of the original appended, so ``a.b`` and ``a-b`` never share objects. (The
     names are in existing objects: this form must not change.)
     """
-    return objects.dns_label(mirror_name, MAX_NAME_PART, fallback="m", fragment=True)
+    return dns_label(mirror_name, MAX_NAME_PART, fallback="m", fragment=True)
 
 
 def label_value(value: str) -> str:
@@ -70,7 +71,7 @@ def label_value(value: str) -> str:
     This form (55 characters and 6 of hash) is in the immutable selectors of existing
     workloads, so it must not change.
     """
-    return objects.label_value(value, prefix_chars=55, hash_chars=6)
+    return kube_label_value(value, prefix_chars=55, hash_chars=6)
 
 
 @dataclass(frozen=True)

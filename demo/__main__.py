@@ -219,7 +219,11 @@ def start_local(stack: contextlib.ExitStack, log_dir: str) -> tuple[LocalWorld, 
         print("(KUBECONFIG is set and ignored: pass --cluster to run against that cluster)")
     print("eventop demo — embedded local API server, no cluster needed")
     try:
-        local = LocalCluster([REPO / "crds"])
+        # gc_dangling: collect an object whose owner is already gone, as the real garbage
+        # collector does. A run planned from the router's cache just before a parent's
+        # deletion reached it may create a child after the parent went (the replay deletes
+        # a CopyRule while its copies are being made): without it such a copy stays forever.
+        local = LocalCluster([REPO / "crds"], gc_dangling=True)
     except Exception as exc:
         raise Failed(f"the local API server did not start: {_one_line(exc)}") from None
     stack.callback(local.close)

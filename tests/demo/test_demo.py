@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
+from demo.__main__ import start_local
 from demo.provider import RatesStandIn
-from eventop.kube import Kube
+from eventop.kube import Kube, owner_reference
 from eventop.localkube import LocalKube
 from eventop.testing.processes import free_port
 
@@ -103,6 +104,27 @@ def test_the_cluster_named_by_the_flag_is_used(tmp_path: Path) -> None:
         # A Database's finalizer would outlive the demo's router: none is made there.
         assert kube.list("eventop.dev/v1", "Database", namespace="eventop-demo") == []
     assert "\nDatabase (0)\n" in proc.stdout and "demo plays a controller" not in proc.stdout
+
+
+def test_the_local_api_server_collects_a_copy_made_after_its_rule_was_deleted(
+        tmp_path: Path) -> None:
+    """The replay deletes a CopyRule while the router makes its copies: a run planned from
+    the cache before the deletion reached it can create a copy after the rule is gone. The
+    real garbage collector deletes such a dangling dependent; so must the demo's server, or
+    the demo waits for that copy to go until it times out."""
+    with contextlib.ExitStack() as stack:
+        world, _ = start_local(stack, str(tmp_path))
+        kube = world.kube
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-c"}})
+        rule = kube.create({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                            "metadata": {"name": "registry-credentials"},
+                            "spec": {"ruleType": "secret", "namespaces": ["default"]}})
+        kube.delete("eventop.dev/v1", "CopyRule", "registry-credentials")
+        kube.create({"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": "regcred", "namespace": "team-c",
+                                  "ownerReferences": [owner_reference(rule)]}})
+        world.cluster.settle()
+        assert kube.list("v1", "Secret", namespace="team-c") == []
 
 
 def database_block(out: str, name: str) -> list[str]:

@@ -89,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: cannot start: {args.host}:{args.port}: {exc.strerror or exc} "
               "(choose another --port, or 0 for a free one)", file=sys.stderr)
         return 1
-    print(url, flush=True)
+    # Logged before the URL is printed: a client waits for the URL, so its requests' lines
+    # always come after this one.
     log.info("serving on %s (CRDs: %s)", url, crds or "none")
+    print(url, flush=True)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -68,6 +68,8 @@ def test_prints_its_url_then_logs_each_request(log_format: str) -> None:
     else:
         assert all(" INFO  eventop.localkube: " in line for line in lines), lines
         messages = [line.split("eventop.localkube: ", 1)[1] for line in lines]
+    # The order is promised: "serving on" is logged before the URL is printed, and each
+    # request is logged before it is answered (the next one is only sent after that).
     assert messages == [f"serving on {url} (CRDs: {REPO / 'crds'})",
                         "GET /api/v1/namespaces/default 200",
                         "GET /api/v1/namespaces/nope 404"]

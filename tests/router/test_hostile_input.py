@@ -45,7 +45,12 @@ def client() -> Iterator[FlaskClient]:
     try:
         with local_kube_server() as server:
             app = create_app(kube=Kube.connect(url=server.url))
-            yield app.test_client()
+            try:
+                yield app.test_client()
+            finally:
+                # Its cache's watches would outlive the server, retrying and logging into
+                # whatever test runs next.
+                app.extensions["eventop"]["engine"].stop()
     finally:
         if previous is None:
             os.environ.pop("EVENTOP_MAX_BODY_BYTES", None)

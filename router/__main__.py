@@ -80,10 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default=None,
                         help="address to bind (default: 0.0.0.0 in a container, else 127.0.0.1)")
     env_flag(parser, "--port", "PORT", 8080, "port to listen on, 0 picks a free one", PORT)
-    env_flag(parser, "--workers", "WEB_CONCURRENCY", 2, "gunicorn worker processes",
+    env_flag(parser, "--workers", "WEB_CONCURRENCY", 1,
+             "gunicorn worker processes; each has its own cache and work queue, so one per pod "
+             "(scale with replicas) merges the most work and writes each change once",
              integer(1))
-    env_flag(parser, "--threads", "EVENTOP_THREADS", 4,
-             "threads per worker; more than 1 selects gunicorn's gthread worker", integer(1))
+    env_flag(parser, "--threads", "EVENTOP_THREADS", 32,
+             "threads per worker (events handled at once: most of them wait for their runs); "
+             "more than 1 selects gunicorn's gthread worker", integer(1))
     parser.add_argument("--timeout", type=integer(1), default=60,
                         help="seconds a worker may stay silent before gunicorn restarts it "
                              "(default: 60)")
@@ -136,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     # gunicorn reads WEB_CONCURRENCY when it is imported, and fails on an empty value (which
     # means unset here). It is not needed: --workers is always passed.
     os.environ.pop("WEB_CONCURRENCY", None)
-    owned = prepare_metrics_dir()  # before prometheus_client is imported anywhere
+    # Before prometheus_client is imported anywhere. One worker keeps its counters in memory
+    # (cheaper per event than a file per metric); several share them through files.
+    if args.workers > 1:
+        owned = prepare_metrics_dir()
+    else:
+        owned = None
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     master = os.getpid()
 
     try:

@@ -93,13 +93,15 @@ class Process:
 class RouterProcess(Process):
     """``python -m eventop.router`` under gunicorn on a free loopback port, answering."""
 
-    def __init__(self, env: dict[str, str], workers: int = 2, log_dir: str | None = None,
-                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], workers: int | None = None,
+                 log_dir: str | None = None, extra_args: list[str] | None = None,
+                 cwd: str | Path | None = None) -> None:
+        """``workers``: gunicorn's worker processes (default: the router's own, one)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        chosen = ["--workers", str(workers)] if workers is not None else []
         super().__init__("router", ["eventop.router", "--host", "127.0.0.1",
-                                    "--port", str(self.port),
-                                    "--workers", str(workers), *(extra_args or [])],
+                                    "--port", str(self.port), *chosen, *(extra_args or [])],
                          env, log_dir, cwd)
         try:
             wait_http(self.url + "/healthz", proc=self.proc)

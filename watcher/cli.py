@@ -101,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
              "so the watcher is back within seconds of the API server answering again",
              number(above=0))
     env_flag(run, "--page-size", "EVENTOP_PAGE_SIZE", 500, "objects per LIST page", integer(1))
-    env_flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 8,
-             "parallel deliveries (events of one object are always sent one after another)",
+    env_flag(run, "--max-in-flight", "EVENTOP_MAX_IN_FLIGHT", 32,
+             "parallel deliveries (events of one object are always sent one after another); "
+             "the router answers an event once its work is done, so this is how many "
+             "events it may be working on at once",
              integer(1))
     env_flag(run, "--queue-size", "EVENTOP_QUEUE_SIZE", 1000,
              "events buffered before the watch stops reading (back-pressure)", integer(1))

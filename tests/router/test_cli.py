@@ -206,15 +206,18 @@ def test_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert options.gunicorn_settings()["bind"] == ["[::1]:7000"]
 
 
-def test_defaults_are_port_8080_two_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_are_port_8080_one_worker_with_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[ServerOptions] = []
     monkeypatch.setattr("eventop.router.server.serve", served.append)
     for name in ("PORT", "WEB_CONCURRENCY", "EVENTOP_THREADS", "PROMETHEUS_MULTIPROC_DIR"):
         _unset_but_restored(monkeypatch, name)
     cli.main([])
     [options] = served
-    assert (options.port, options.workers, options.threads) == (8080, 2, 4)
+    assert (options.port, options.workers, options.threads) == (8080, 1, 32)
     assert options.host == ("0.0.0.0" if cli.in_container() else "127.0.0.1")
+    # one worker keeps its metrics in memory: no directory of files
+    assert options.metrics_dir_owned is None and "PROMETHEUS_MULTIPROC_DIR" not in os.environ
 
 
 def test_workers_finish_before_the_kubelet_kills_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,14 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-import yaml  # noqa: E402
 
-from bench.copy_latency import QUIET, SHARED, diff, kube_requests, wait_quiet  # noqa: E402
+from bench.world import CLUSTER, QUIET, connect, diff, kube_requests, on_cluster, wait_quiet  # noqa: E402
 from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
 
-CLUSTER = SHARED / "k8s" / "cluster"
 WRITES = ("create", "update", "apply", "patch", "delete")
 warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 Obj = dict[str, Any]
@@ -185,15 +182,8 @@ def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
             list(pool.map(lambda ns: world.delete("v1", "Namespace", ns), [src, *names]))
 
 
-def on_cluster(kubeconfig: str, count: int) -> None:
-    world = Kube.connect(kubeconfig=kubeconfig)
-    world.field_manager = "bench-world"
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc.get("kind") == "CustomResourceDefinition":
-            world.apply(doc)
-    while world.missing_kinds({("eventop.dev/v1", "CopyRule")}):
-        time.sleep(0.5)
+def on_real(kubeconfig: str, count: int) -> None:
+    world = connect(kubeconfig)
     run(world, {"KUBECONFIG": kubeconfig, **QUIET}, count, f"real API server {world.host}")
 
 
@@ -211,19 +201,11 @@ def main() -> int:
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     parser.add_argument("--namespaces", type=int, default=1000)
     args = parser.parse_args()
-    if args.kubeconfig:
-        on_cluster(args.kubeconfig, args.namespaces)
-        return 0
-    if not CLUSTER.exists():
+    if not args.kubeconfig and not CLUSTER.exists():
         on_localkube(args.namespaces)
         return 0
-    state = tempfile.mkdtemp(prefix="eventop-fanout-cluster-")
-    try:
-        out = subprocess.run([str(CLUSTER), "start", state], check=True, capture_output=True,
-                             text=True)
-        on_cluster(out.stdout.strip().splitlines()[-1], args.namespaces)
-    finally:
-        subprocess.run([str(CLUSTER), "stop", state], check=False, capture_output=True)
+    on_cluster(args.kubeconfig, "copy_fanout", lambda kubeconfig: on_real(kubeconfig,
+                                                                          args.namespaces))
     return 0
 
 

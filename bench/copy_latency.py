@@ -30,14 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,57 +44,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-import yaml  # noqa: E402
 
+from bench.world import QUIET, SHARED, connect, diff, kube_requests, metric, on_cluster  # noqa: E402
 from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
 
-
-def _shared() -> Path:
-    """``shared/`` beside the checkout or beside one of its parents (a worktree sits deeper)."""
-    for parent in REPO.parents:
-        if (parent / "shared").is_dir():
-            return parent / "shared"
-    return REPO.parent / "shared"
-
-
-SHARED = Path(os.environ.get("EVENTOP_SHARED", "")) if os.environ.get("EVENTOP_SHARED") \
-    else _shared()
 KOPF = "kopf==1.45.2"
-QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request",
-         "EVENTOP_LOG_LEVEL": os.environ.get("EVENTOP_LOG_LEVEL", "WARNING"),
-         "EVENTOP_BUILTIN_HANDLERS": "copy_rules",
-         **{k: os.environ[k] for k in ("EVENTOP_THREADS", "EVENTOP_MAX_IN_FLIGHT")
-            if k in os.environ}}
-warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 Obj = dict[str, Any]
-
-
-def kube_requests(router_url: str) -> dict[str, float]:
-    """The router's API requests so far, by verb (its cache's watches left out)."""
-    text = requests.get(router_url + "/metrics", timeout=10).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r'eventop_kube_requests_total\{(.*)\} ([0-9.e+]+)$', line)
-        if m:
-            verb = re.search(r'verb="([^"]*)"', m.group(1))
-            if verb and verb.group(1) != "watch":
-                out[verb.group(1)] = out.get(verb.group(1), 0) + float(m.group(2))
-    return out
-
-
-def metric(router_url: str, name: str, **labels: str) -> float:
-    text = requests.get(router_url + "/metrics", timeout=10).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
-    return {k: int(v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0)}
 
 
 class FirstSeen:
@@ -143,36 +98,13 @@ def kopf_python(cache: Path) -> Path:
     return python
 
 
-def wait_quiet(kube: Kube, timeout: float = 600.0) -> None:
-    """Wait until no namespace is being deleted: a previous run's cleanup (the namespace
-    controller deleting thousands of objects) would be measured too."""
-    deadline = time.monotonic() + timeout
-    said = False
-    while time.monotonic() < deadline:
-        going = [n for n in kube.list("v1", "Namespace") if n["metadata"].get("deletionTimestamp")]
-        if not going:
-            return
-        if not said:
-            print(f"  (waiting for {len(going)} terminating namespaces to go first)")
-            said = True
-        time.sleep(2.0)
-
-
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else float("nan")
 
 
 def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
-    admin = Kube.connect(kubeconfig=kubeconfig)
-    admin.field_manager = "bench-world"
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc.get("kind") == "CustomResourceDefinition":
-            admin.apply(doc)
-    while admin.missing_kinds({("eventop.dev/v1", "CopyRule")}):
-        time.sleep(0.5)
-    wait_quiet(admin)
+    admin = connect(kubeconfig)
     run_id = uuid.uuid4().hex[:6]
     prefix = f"lat{run_id}"
     ev_src, kopf_src = f"{prefix}-ev-src", f"{prefix}-src"
@@ -326,20 +258,8 @@ def main() -> int:
     if peers is None:
         print(f"copy_latency: no kopf peer at {args.peers}: measuring eventop and the Go "
               "publisher only")
-    if args.kubeconfig:
-        run(args.kubeconfig, args.namespaces, peers, args.workers)
-        return 0
-    script = SHARED / "k8s" / "cluster"
-    if not script.exists():
-        print(f"copy_latency: skipped, no cluster (pass --kubeconfig, or have {script})")
-        return 0
-    state = tempfile.mkdtemp(prefix="eventop-latency-cluster-")
-    try:
-        out = subprocess.run([str(script), "start", state], check=True, capture_output=True,
-                             text=True)
-        run(out.stdout.strip().splitlines()[-1], args.namespaces, peers, args.workers)
-    finally:
-        subprocess.run([str(script), "stop", state], check=False, capture_output=True)
+    on_cluster(args.kubeconfig, "copy_latency",
+               lambda kubeconfig: run(kubeconfig, args.namespaces, peers, args.workers))
     return 0
 
 

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,9 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-import yaml  # noqa: E402
 
-from bench.copy_latency import QUIET, SHARED, diff, kube_requests, wait_quiet  # noqa: E402
+from bench.world import QUIET, connect, diff, kube_requests, on_cluster  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess  # noqa: E402
 
@@ -147,15 +144,7 @@ def measure(kubeconfig: str, workers: int, threads: int, expected: int) -> None:
 
 def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
         threads: int, keep: bool) -> None:
-    kube = Kube.connect(kubeconfig=kubeconfig)
-    kube.field_manager = "bench-world"
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc.get("kind") == "CustomResourceDefinition":
-            kube.apply(doc)
-    while kube.missing_kinds({("eventop.dev/v1", "CopyRule")}):
-        time.sleep(0.5)
-    wait_quiet(kube)
+    kube = connect(kubeconfig)
     print(f"router memory, real API server {kube.host} (load: {os.getloadavg()[0]:.2f})")
     names, src = make_world(kube, namespaces, configmaps)
     total = len(kube.list("v1", "ConfigMap"))
@@ -182,21 +171,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the world in place")
     args = parser.parse_args()
     models = [int(w) for w in args.workers.split(",")]
-    if args.kubeconfig:
-        run(args.kubeconfig, args.namespaces, args.configmaps, models, args.threads, args.keep)
-        return 0
-    script = SHARED / "k8s" / "cluster"
-    if not script.exists():
-        print(f"router_memory: skipped, no cluster (pass --kubeconfig, or have {script})")
-        return 0
-    state = tempfile.mkdtemp(prefix="eventop-memory-cluster-")
-    try:
-        out = subprocess.run([str(script), "start", state], check=True, capture_output=True,
-                             text=True)
-        run(out.stdout.strip().splitlines()[-1], args.namespaces, args.configmaps, models,
-            args.threads, args.keep)
-    finally:
-        subprocess.run([str(script), "stop", state], check=False, capture_output=True)
+    on_cluster(args.kubeconfig, "router_memory", lambda kubeconfig: run(
+        kubeconfig, args.namespaces, args.configmaps, models, args.threads, args.keep))
     return 0
 
 

@@ -194,7 +194,9 @@ def test_cluster_converges_to_what_the_rules_ask_for(ops: list[tuple[Any, bool]]
     from eventop.kube import Kube
     from eventop.localkube import LocalKube
 
-    with LocalKube(crd_dir=str(REPO / "crds")) as server, \
+    # gc_dangling: as on a real cluster, a copy a run made for a rule deleted meanwhile (its
+    # owner gone) is collected.
+    with LocalKube(crd_dir=str(REPO / "crds"), gc_dangling=True) as server, \
             Harness(server, Kube.connect(url=server.url), deliver_twice=deliver_twice) as h:
         model = Model()
         h.world_put(namespace("shared"))

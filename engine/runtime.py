@@ -32,7 +32,7 @@ from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.objects import name_selector
-from eventop.kube.store import Store
+from eventop.kube.store import Store, rv_int
 
 log = logging.getLogger("eventop.engine")
 
@@ -280,6 +280,12 @@ class Engine:
                                 "metadata": {"name": ref.name, "namespace": ref.namespace,
                                              "uid": ref.uid}}
         rv = ref.resource_version
+        if rv is not None and rv_int(rv) is None and informer.store is not None \
+                and rv_int(informer.store.resource_version) is not None:
+            # Not a version this API server writes (its are integers): a malformed or forged
+            # event. Waiting for it would end in a 503 retried forever; ask the API server
+            # for the object's current version instead, as for a Reference-mode event.
+            rv = None
         if rv is None and informer.synced and informer.store is not None:
             rv = self._current_version(informer.reflector.res, ref.namespace, ref.name)
         deleted = event.change == "delete"

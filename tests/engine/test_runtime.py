@@ -156,6 +156,15 @@ def test_an_event_newer_than_the_cache_waits_for_it_and_one_it_never_reaches_is_
     assert counting.runs == ["e"]
 
 
+def test_an_event_with_a_resource_version_no_api_server_writes_waits_for_the_current_one(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    obj = local_kube.put(cm("g", {"v": "1"}))
+    forged = {**obj, "metadata": {**obj["metadata"], "resourceVersion": ":"}}
+    engine.settings = EngineSettings(workers=1, cache_wait=5.0)
+    assert submit(engine, "add", forged).wait(20)  # no CacheBehind (a 503) after 5 s
+    assert counting.runs == ["g"]
+
+
 def test_the_cache_relists_after_the_watch_history_expired(
         engine: Engine, local_kube: Any) -> None:
     kept = local_kube.put(cm("kept"))

@@ -11,9 +11,11 @@ loopback stand-in answers instead, named by ``RATES_API_URL``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests_mock as rm
 
 from demo.provider import RatesStandIn, answer
@@ -27,6 +29,7 @@ from tests.exchange_rates.support import (
     assert_ok,
     dispatch,
 )
+from tests.support.apiserver import local_kube_server
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "mirrors-and-rates"
 PATHS = [RECORDING / "apis_eventop.dev_v1_exchangerates.list.json",
@@ -53,6 +56,15 @@ def check_after(change: str, obj: Obj, get: Any, seen: dict[str, list[str]]) -> 
     assert cm["data"]["currency"] == currency
     assert cm["data"]["rate"] == STANDIN_RATES["EUR"][currency]
     seen.setdefault(name, []).append(f"{currency}={cm['data']['rate']}")
+
+
+@pytest.fixture
+def local_kube() -> Iterator[Any]:
+    """As a real cluster's garbage collector does, the local API server collects an object
+    whose owner is gone: the run of the ExchangeRate's delete event may read the ExchangeRate
+    from a cache that has not seen the deletion yet, and write its ConfigMap once more."""
+    with local_kube_server(gc_dangling=True) as server:
+        yield server
 
 
 def test_recorded_session_in_process_asks_once_per_change_and_removes_deleted_rates(

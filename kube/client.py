@@ -11,18 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import urllib3
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.utils.keepalive import tcp_keepalive_socket_options
-from prometheus_client import Counter
 
 from eventop.kube import errors
+from eventop.kube.connection import configuration
+from eventop.kube.metrics import KUBE_REQUESTS, resource_label
 from eventop.kube.objects import kube_event, now_rfc3339, status_changed
 from eventop.kube.resources import Resource, ResourceTable
 
@@ -36,52 +33,7 @@ LIST_METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 WATCH_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
-KUBE_REQUESTS = Counter(
-    "eventop_kube_requests_total",
-    "Kubernetes API requests made, by verb, resource (plural[/subresource]) and HTTP code",
-    ["verb", "resource", "code"],
-)
-
-
-def resource_label(path: str) -> str:
-    """The resource an API path addresses, for metrics: ``configmaps``, ``copyrules/status``.
-
-    Bounded by the kinds a process touches (never names or namespaces); discovery and
-    ``/version`` give ``""``. Counting writes per resource is how the fault suite proves a
-    redelivered event wrote nothing twice.
-    """
-    parts = path.strip("/").split("/")
-    if parts[0] == "api":
-        rest = parts[2:]
-    elif parts[0] == "apis":
-        rest = parts[3:]
-    else:
-        return ""
-    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
-        rest = rest[2:]
-    if not rest or not rest[0]:
-        return ""
-    return rest[0] + (f"/{rest[2]}" if len(rest) >= 3 else "")
-
 Obj = dict[str, Any]
-
-
-def _at_most_every(seconds: float, hook: Any) -> Any:
-    """``hook``, called at most once in ``seconds`` (thread-safe)."""
-    lock = threading.Lock()
-    last = [-float("inf")]
-
-    def throttled(configuration: Any) -> None:
-        now = time.monotonic()
-        if now - last[0] < seconds:
-            return
-        with lock:
-            if now - last[0] >= seconds:
-                hook(configuration)
-                last[0] = now
-                # The loader's hook re-applies its configuration, itself included: stay.
-                configuration.refresh_api_key_hook = throttled
-    return throttled
 
 
 class Kube:
@@ -113,39 +65,7 @@ class Kube:
         ``url`` (or ``EVENTOP_KUBE_URL``) is a plain HTTP API server without auth, such as
         the local API server of ``make demo`` and the tests.
         """
-        url = url or os.environ.get("EVENTOP_KUBE_URL")
-        configuration = k8s_client.Configuration()
-        if url:
-            configuration.host = url.rstrip("/")
-        elif kubeconfig or os.environ.get("KUBECONFIG") or os.path.exists(
-                os.path.expanduser("~/.kube/config")):
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context,
-                                        client_configuration=configuration)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        else:
-            raise errors.Unavailable(
-                "no Kubernetes API configured: set KUBECONFIG, run in a cluster, "
-                "or point EVENTOP_KUBE_URL at a local API server")
-        # The kubeconfig and in-cluster loaders re-apply the whole configuration before every
-        # request (to pick up a refreshed token), which re-reads the proxy environment each
-        # time: measured, half of the client's CPU per request. Once a minute is enough
-        # (tokens are rotated long before they expire; client-go re-reads its token file once a
-        # minute too).
-        hook = configuration.refresh_api_key_hook
-        if hook is not None:
-            configuration.refresh_api_key_hook = _at_most_every(60.0, hook)
-        # One pooled connection per concurrent request: the watcher holds a watch open per
-        # resource (8 by default) and router workers run several threads.
-        configuration.connection_pool_maxsize = max(
-            int(configuration.connection_pool_maxsize or 0), 64)
-        # TCP keepalive on every connection, watches above all: a peer that vanished
-        # without a FIN or RST (a node gone, a NAT entry dropped) is noticed in
-        # 30 + 3 x 10 s instead of never. A connection kept open but silent is the read
-        # timeout's job (see eventop.watcher.watch.WatchSettings).
-        configuration.socket_options = tcp_keepalive_socket_options(idle=30, interval=10,
-                                                                    count=3)
-        return cls(k8s_client.ApiClient(configuration))
+        return cls(k8s_client.ApiClient(configuration(kubeconfig, context, url)))
 
     def for_manager(self, field_manager: str) -> Kube:
         """This client writing as ``field_manager``: one per handler, so that two handlers

@@ -24,7 +24,7 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _multiprocess
 
-from eventop.kube.client import KUBE_REQUESTS
+from eventop.kube.metrics import KUBE_REQUESTS
 
 EVENTS = Counter(
     "eventop_events", "CloudEvents received, by type, object kind and outcome "

@@ -97,7 +97,7 @@ def test_connections_to_the_api_server_use_tcp_keepalive(kube: Kube) -> None:
     ("/version", ""),
 ])
 def test_request_metrics_name_the_resource_never_the_object(path: str, label: str) -> None:
-    from eventop.kube.client import resource_label
+    from eventop.kube.metrics import resource_label
 
     assert resource_label(path) == label
 
@@ -112,27 +112,3 @@ def test_a_name_no_object_can_have_is_not_found_never_another_path(kube: Kube,
     assert kube.get_or_none("v1", "ConfigMap", name, "default") is None
     assert kube.get_or_none("v1", "ConfigMap", "x", name or ".") is None
     assert kube.delete("v1", "ConfigMap", name or "..", "default") is False
-
-
-def test_credentials_are_refreshed_at_most_once_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kubeconfig loader re-applies its whole configuration before every request (and
-    re-installs its hook while doing so); eventop lets it through once a minute."""
-    from types import SimpleNamespace
-
-    from eventop.kube import client
-
-    clock = [1000.0]
-    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
-    calls: list[float] = []
-    configuration = SimpleNamespace()
-
-    def loader_hook(conf: SimpleNamespace) -> None:
-        calls.append(clock[0])
-        conf.refresh_api_key_hook = loader_hook  # what the loader's _set_config does
-
-    configuration.refresh_api_key_hook = client._at_most_every(60.0, loader_hook)
-    for step in range(130):  # a request every second for 130 s
-        clock[0] = 1000.0 + step
-        configuration.refresh_api_key_hook(configuration)
-    assert calls == [1000.0, 1060.0, 1120.0]
-    assert configuration.refresh_api_key_hook is not loader_hook

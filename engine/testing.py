@@ -21,7 +21,6 @@ import copy
 import itertools
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from eventop.engine.controller import Controller
@@ -29,7 +28,7 @@ from eventop.engine.desired import Note
 from eventop.engine.kinds import Key, Kind
 from eventop.engine.reads import Reads
 from eventop.engine.run import RunResult, run
-from eventop.kube import errors
+from eventop.kube import errors, now_rfc3339
 from eventop.kube.store import Store
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ class World:
         current = self.get((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
         meta.setdefault("uid", current["metadata"]["uid"] if current else str(uuid.uuid4()))
         meta.setdefault("generation", 1)
-        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("creationTimestamp", now_rfc3339())
         return self._store_obj(obj)
 
     def delete(self, kind: KindSpec, name: str, namespace: str | None = None) -> None:
@@ -77,7 +76,7 @@ class World:
         if current["metadata"].get("finalizers"):
             if not current["metadata"].get("deletionTimestamp"):
                 marked = copy.deepcopy(current)
-                marked["metadata"]["deletionTimestamp"] = _now()
+                marked["metadata"]["deletionTimestamp"] = now_rfc3339()
                 self._store_obj(marked)
             return
         self._store(current["apiVersion"], current["kind"]).forget_deleted(current)
@@ -257,10 +256,6 @@ def _merge(base: Obj, patch: Obj) -> Obj:
         else:
             base[key] = value
     return base
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 __all__ = ["World"]

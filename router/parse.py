@@ -30,7 +30,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from dateutil.parser import isoparse
 
-from eventop.events import REF_PREFIX, RESOURCE_PREFIX
+from eventop.events import RESOURCE_PREFIX, is_kube_type
 from eventop.handlers.events import Event
 
 REQUIRED = ("id", "source", "type", "specversion")
@@ -237,7 +237,7 @@ def _event(attributes: dict[str, Any], time: datetime | None, data: Any,
         time=_iso(time) if time is not None else None,
         extensions={k: str(v) for k, v in attributes.items() if k not in CORE},
     )
-    if event.type.startswith((RESOURCE_PREFIX, REF_PREFIX)):
+    if is_kube_type(event.type):
         _check_kube_data(event, known)
     return event
 

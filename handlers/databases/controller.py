@@ -31,7 +31,7 @@ from eventop.handlers.databases.observe import Observed
 from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
 from eventop.handlers.databases.workload import APP_NAME
 from eventop.handlers.registry import Registry
-from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, label_value
+from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 Obj = dict[str, Any]
 

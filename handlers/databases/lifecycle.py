@@ -40,7 +40,7 @@ from eventop.handlers.databases.spec import (
 )
 from eventop.handlers.databases.status import Event, Facts
 from eventop.handlers.databases.workload import Passwords
-from eventop.kube.objects import MANAGED_BY, MANAGED_BY_LABEL, is_owned_by, label_value
+from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, is_owned_by, label_value
 
 Obj = dict[str, Any]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from eventop.engine import SpecError
 from eventop.handlers.databases.schedule import ScheduleError, normalize
-from eventop.kube.objects import dns_label
+from eventop.kube import dns_label
 
 Obj = dict[str, Any]
 

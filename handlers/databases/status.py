@@ -18,7 +18,7 @@ from eventop.handlers.databases import observe
 from eventop.handlers.databases.jobs import SCHEDULED
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.schedule import next_tick, two_periods_ago
-from eventop.kube.objects import get_condition, set_condition
+from eventop.kube import get_condition, set_condition
 
 Obj = dict[str, Any]
 Condition = tuple[str, str, str]  # status ("True", "False", "Unknown"), reason, message

@@ -14,7 +14,7 @@ from typing import Any
 from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases import scripts
 from eventop.handlers.databases.spec import DatabaseSpec, Names
-from eventop.kube.objects import label_value, standard_labels
+from eventop.kube import label_value, standard_labels
 
 Obj = dict[str, Any]
 

@@ -200,10 +200,12 @@ def test_unknown_paths_and_kinds_are_404(http: Http, k: Kube) -> None:
 def test_the_request_log_records_method_path_query_and_status(lk: LocalKube, k: Kube) -> None:
     lk.requests.clear()
     k.get_or_none("v1", "ConfigMap", "nope", "default")
-    k.list("v1", "ConfigMap", "default", label_selector="a=b")
+    k.list("v1", "ConfigMap", "default")
+    k.list("v1", "ConfigMap", "default", label_selector="a=b")  # one page: see Kube.pages
     assert lk.requests == [
         ("GET", "/api/v1/namespaces/default/configmaps/nope", "", 404),
-        ("GET", "/api/v1/namespaces/default/configmaps", "limit=500&labelSelector=a%3Db", 200)]
+        ("GET", "/api/v1/namespaces/default/configmaps", "limit=500", 200),
+        ("GET", "/api/v1/namespaces/default/configmaps", "labelSelector=a%3Db", 200)]
 
 
 def test_dry_run_answers_without_storing(lk: LocalKube, http: Http) -> None:

@@ -80,7 +80,7 @@ def start_watcher(local_kube, sink) -> Iterator[Callable[..., Watcher]]:
 
 
 def test_list_then_watch_sends_every_change_once_in_order(local_kube, sink, start_watcher):
-    before = [local_kube.put(cm(f"pre-{i}", "0")) for i in range(5)]  # 3 LIST pages of 2
+    before = [local_kube.put(cm(f"pre-{i}", "0")) for i in range(5)]
     w = start_watcher()
     assert w.wait_synced(10)
     v1 = local_kube.put(cm("pre-0", "1"))
@@ -96,8 +96,10 @@ def test_list_then_watch_sends_every_change_once_in_order(local_kube, sink, star
     assert delete.id.startswith(gone["metadata"]["uid"] + "/")
     assert delete.subject == "/apis/v1/namespaces/demo/configmaps/pre-1"
     assert delete.headers["ce-source"] == "http://test"
-    assert len(list_requests(local_kube)) == 1
-    assert len(list_requests(local_kube, pages=True)) == 3  # 5 objects, pages of 2
+    # A label-selected kind is listed in one page, whatever the page size (a 1.2x API server
+    # ends a paginated filtered list early: see Kube.pages); unfiltered lists are paged.
+    [listed] = list_requests(local_kube, pages=True)
+    assert "labelSelector=test%3Dwatcher" in listed and "limit=" not in listed
 
 
 def test_disconnect_mid_stream_resumes_without_duplicate_or_gap(local_kube, sink,

@@ -125,7 +125,7 @@ class Stack:
 
     def _watcher_metrics_up(self) -> bool:
         try:
-            requests.get(f"http://127.0.0.1:{self.watcher_metrics}/metrics", timeout=5)
+            self.watcher_metric("eventop_watcher_watch_starts_total")
         except requests.ConnectionError:
             return False
         return True

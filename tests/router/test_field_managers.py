@@ -41,10 +41,8 @@ def copy_writes(cluster: LocalCluster, namespace: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def cluster() -> Any:
-    with_crds = LocalCluster(crds=[REPO / "crds"])
-    yield with_crds
-    with_crds.close()
+def cluster(local_kube: Any) -> LocalCluster:
+    return LocalCluster(local=local_kube)  # the suite's local API server, CRDs installed
 
 
 def test_a_users_handler_and_a_copy_rule_on_the_same_configmap_each_write_once(

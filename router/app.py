@@ -227,16 +227,18 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                body: dict[str, Any], handler_names: list[str] | None = None,
                level: int = logging.INFO, error: str | None = None,
                results: list[dict[str, Any]] | None = None) -> Response:
-        metrics.event_counter(info.get("type", ""), info.get("kind", ""), outcome).inc()
-        duration_ms = round((time.perf_counter() - start) * 1000, 3)
-        fields = {**info, "handlers": handler_names or [], "outcome": outcome,
-                  "status": status, "duration_ms": duration_ms}
-        if results:
-            fields["results"] = results
-        if error:
-            fields["error"] = error
-        log.log(level, "%s", logs.event_message(info, status, duration_ms, results, error),
-                extra={"fields": fields})
+        metrics.event_counter(info["type"], info["kind"], outcome).inc()
+        if log.isEnabledFor(level):  # the line's fields only for a line that is written
+            duration_ms = round((time.perf_counter() - start) * 1000, 3)
+            fields = {**info, "handlers": handler_names or [], "outcome": outcome,
+                      "status": status, "duration_ms": duration_ms}
+            if results:
+                fields["results"] = results
+            if error:
+                fields["error"] = error
+            logs.log_fields(log, level,
+                            logs.event_message(info, status, duration_ms, results, error),
+                            fields)
         return _json(body, status)
 
     def ignored(event: Event, info: dict[str, Any], start: float) -> Response:

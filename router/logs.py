@@ -38,18 +38,25 @@ class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", **fields}``; ``fields`` comes from ``extra``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        created = record.created
+        return self.line(record.created, record.levelname, record.name, record.getMessage(),
+                         getattr(record, "fields", None),
+                         self.formatException(record.exc_info) if record.exc_info else None)
+
+    @staticmethod
+    def line(created: float, level: str, logger: str, message: str, fields: Any = None,
+             traceback: str | None = None) -> str:
+        """The line of a record with these attributes (also written by :func:`log_fields`,
+        which makes no record)."""
         out: dict[str, Any] = {
             "time": f"{_second(int(created))}.{int(created % 1 * 1000):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
+            "level": level.lower(),
+            "logger": logger,
+            "message": message,
         }
-        fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)
-        if record.exc_info:
-            out["traceback"] = self.formatException(record.exc_info)
+        if traceback:
+            out["traceback"] = traceback
         return _encode(out)
 
 
@@ -57,11 +64,17 @@ class TextFormatter(logging.Formatter):
     """``2026-11-24 03:49:59.524 INFO  eventop.router: message``, then the traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        created = record.created
+        return self.line(record.created, record.levelname, record.name, record.getMessage(),
+                         None, self.formatException(record.exc_info) if record.exc_info else None)
+
+    @staticmethod
+    def line(created: float, level: str, logger: str, message: str, fields: Any = None,
+             traceback: str | None = None) -> str:
+        """The line of a record with these attributes; the fields stay in the JSON format."""
         line = (f"{_second(int(created)).replace('T', ' ')}.{int(created % 1 * 1000):03d} "
-                f"{record.levelname:<5} {record.name}: {record.getMessage()}")
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+                f"{level:<5} {logger}: {message}")
+        if traceback:
+            line += "\n" + traceback
         return line
 
 
@@ -82,14 +95,14 @@ def event_message(info: dict[str, Any], status: int, duration_ms: float,
     """
     type_ = str(info.get("type") or "")
     change = type_.rpartition(".")[2] if is_kube_type(type_) else type_
-    name = "/".join(p for p in (info.get("namespace"), info.get("name")) if p)
-    about = (" ".join(p for p in (change, info.get("kind"), name) if p)
-             or " ".join(p for p in ("event", info.get("id")) if p))
+    name = "/".join([p for p in (info.get("namespace"), info.get("name")) if p])
+    about = (" ".join([p for p in (change, info.get("kind"), name) if p])
+             or " ".join([p for p in ("event", info.get("id")) if p]))
     if results:
-        said = "; ".join(
+        said = "; ".join([
             f"{_short(r['handler'])}: "
             + ((r["detail"] or "done") if r["outcome"] == "ok" else f"FAILED: {r['detail']}")
-            for r in results)
+            for r in results])
     elif error:
         said = error
     else:
@@ -117,11 +130,67 @@ class LineHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
-            while data:
-                data = data[os.write(self.fd, data):]
+            self.write(self.format(record))
         except Exception:
             self.handleError(record)
+
+    def write(self, line: str) -> None:
+        """Write one formatted line (the caller holds the handler's lock, as ``emit`` does)."""
+        data = (line + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            data = data[os.write(self.fd, data):]
+
+
+def log_fields(logger: logging.Logger, level: int, message: str, fields: dict[str, Any]) -> None:
+    """``logger.log(level, "%s", message, extra={"fields": fields})``, made cheap for the
+    router's line per event.
+
+    When nothing but eventop's own :class:`LineHandler` would see the record (what ``python
+    -m eventop.router`` sets up: no filter, no other handler on the way), the line is
+    formatted and written straight away, byte for byte what the record would have given, with
+    no :class:`logging.LogRecord`: making one (caller lookup, thread and process attributes)
+    cost as much as formatting the line. Anywhere else (pytest's capture, an application's
+    own logging set-up) the record is made and goes through ``logging`` as usual. Nothing is
+    built for a level that is off.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_line_handler(logger, level)
+    if handler is None:
+        logger.log(level, "%s", message, extra={"fields": fields})
+        return
+    line = handler.formatter.line  # type: ignore[union-attr]  # checked by _sole_line_handler
+    handler.acquire()
+    try:
+        handler.write(line(time.time(), logging.getLevelName(level), logger.name, message,
+                           fields))
+    except Exception:
+        handler.handleError(logger.makeRecord(logger.name, level, "(unknown file)", 0,
+                                              "%s", (message,), None,
+                                              extra={"fields": fields}))
+    finally:
+        handler.release()
+
+
+def _sole_line_handler(logger: logging.Logger, level: int) -> LineHandler | None:
+    """The :class:`LineHandler` that alone would handle a record of ``logger`` at ``level``,
+    if it is so (no filter on the logger or the handler, no other handler up to where
+    propagation stops, a formatter of this module); else None."""
+    if logger.filters or logger.disabled:
+        return None
+    found: LineHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (found is not None or type(handler) is not LineHandler or handler.filters
+                    or level < handler.level
+                    or type(handler.formatter) not in (JsonFormatter, TextFormatter)):
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return found
 
 
 def configure(level: str | None = None, *, force: bool = False,

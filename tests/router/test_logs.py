@@ -190,6 +190,66 @@ def test_line_handler_writes_whole_json_lines_to_its_descriptor(tmp_path: Any) -
 
 
 
+@pytest.mark.parametrize("formatter", ["json", "text"])
+def test_a_line_logged_with_its_fields_is_the_line_its_record_gives(
+        tmp_path: Path, formatter: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router's line per event skips making a record where only eventop's own handler
+    would see it: the line is the same, field for field (the time aside)."""
+    from eventop.router.logs import LineHandler, log_fields
+    from eventop.router.logs import formatter as make_formatter
+
+    path = tmp_path / "log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    handler = LineHandler(fd)
+    handler.setFormatter(make_formatter(formatter))
+    logger = logging.getLogger("eventop.test.fields")
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "propagate", False)
+    logger.setLevel(logging.INFO)
+    fields = {"id": "e-1", "handlers": ["h"], "status": 200, "duration_ms": 1.25,
+              "results": [{"handler": "h", "outcome": "ok", "detail": "done é"}]}
+    records: list[Any] = []
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(logger, "makeRecord", lambda *a, **k: records.append(a))
+            log_fields(logger, logging.INFO, "update ConfigMap a/b: h: done (200 in 1.25 ms)",
+                       fields)
+        assert records == []  # no record made: the line went straight to the handler
+        logger.info("%s", "update ConfigMap a/b: h: done (200 in 1.25 ms)",
+                    extra={"fields": fields})
+        log_fields(logger, logging.DEBUG, "below the level", {"id": "e-2"})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        os.close(fd)
+    direct, through_logging = path.read_text(encoding="utf-8").splitlines()
+    if formatter == "json":
+        direct_fields, record_fields = json.loads(direct), json.loads(through_logging)
+        assert direct_fields.pop("time")[:16] == record_fields.pop("time")[:16]
+        assert direct_fields == record_fields
+        assert direct_fields["results"][0]["detail"] == "done é"
+    else:
+        assert TEXT_LINE.match(direct) and direct[24:] == through_logging[24:]
+
+
+def test_a_filter_on_the_logger_still_sees_every_line_with_its_fields(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Where another handler or a filter is on the way, the record is made as usual."""
+    from eventop.router.logs import log_fields
+
+    seen: list[logging.LogRecord] = []
+    logger = logging.getLogger("eventop.test.filtered")
+    logger.addFilter(lambda record: seen.append(record) or True)
+    caplog.set_level(logging.INFO, logger="eventop.test.filtered")
+    try:
+        log_fields(logger, logging.WARNING, "rejected", {"id": "e-3", "status": 400})
+    finally:
+        logger.filters.clear()
+    [record] = seen
+    assert record.getMessage() == "rejected" and record.fields == {"id": "e-3", "status": 400}
+    assert [r.getMessage() for r in caplog.records] == ["rejected"]
+
+
 def test_logging_setup_leaves_configured_logging_alone_unless_forced(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from eventop.router import logs

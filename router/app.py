@@ -35,7 +35,7 @@ from eventop.kube.errors import KubeError, Unavailable
 from eventop.kube.resources import is_custom
 from eventop.router import auth, logs, metrics
 from eventop.router.dispatch import EngineProvider, run_controllers
-from eventop.router.parse import BadEvent, headers_from_environ, parse_lowered
+from eventop.router.parse import BadEvent, parse_environ
 
 if TYPE_CHECKING:
     from eventop.kube import Kube
@@ -273,7 +273,7 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                                                      token):
             return unauthorized(start)
         try:
-            event = parse_lowered(headers_from_environ(req.environ), _read_body(req, limit))
+            event = parse_environ(req.environ, _read_body(req, limit))
         except BadEvent as bad:
             outcome = "unsupported_media_type" if bad.status == 415 else "invalid"
             return reject(bad.status, outcome, bad.message, bad.known, start)

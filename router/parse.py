@@ -74,6 +74,21 @@ def headers_from_environ(environ: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def parse_environ(environ: Mapping[str, Any], body: bytes) -> Event:
+    """Parse the CloudEvent of a WSGI request (the router's entry).
+
+    The common binary-mode event is read in one pass over the environ
+    (:func:`_plain_environ`); anything else goes the way of :func:`parse_lowered`, whose
+    answer it is the same as (``tests/router/test_parse_fast_path.py``).
+    """
+    plain = _plain_environ(environ, body)
+    if plain is not None:
+        attributes, time, data = plain
+        return _event(attributes, time, data,
+                      {"id": attributes["id"], "type": attributes["type"]})
+    return parse_lowered(headers_from_environ(environ), body)
+
+
 def parse_lowered(lowered: dict[str, str], body: bytes) -> Event:
     """Parse a binary-mode (``ce-*`` headers) or structured-mode CloudEvent.
 
@@ -199,11 +214,59 @@ def _plain_binary(headers: dict[str, str], body: bytes
     for name, value in headers.items():
         if name.startswith("ce-"):
             attr = name[3:]
-            if ("%" in value or not value or attr in ("data", "datacontenttype")
-                    or not (attr in CORE or _EXTENSION.match(attr))):
+            if not _plain_attribute(attr, value):
                 return None
             attributes[attr] = value
-    content_type = headers.get("content-type")
+    return _plain_rest(attributes, headers.get("content-type"), body)
+
+
+def _plain_environ(environ: Mapping[str, Any], body: bytes
+                   ) -> tuple[dict[str, Any], datetime, Any] | None:
+    """:func:`_plain_binary` reading the ``ce-*`` headers straight from the WSGI environ
+    (``HTTP_CE_<NAME>``), without the lowered copy of the headers; the required attributes
+    are checked here, as :func:`_binary` does before its own fast path (a missing one: None,
+    and the general path words the refusal)."""
+    attributes: dict[str, Any] = {}
+    for key, value in environ.items():
+        if key.startswith("HTTP_CE_"):
+            attr = _ENVIRON_NAMES.get(key)
+            if attr is None:
+                attr = key[8:].lower()
+                if not _plain_name(attr):
+                    return None
+                if len(_ENVIRON_NAMES) < 256:  # the names senders use; bounded (theirs)
+                    _ENVIRON_NAMES[key] = attr
+            if not value or "%" in value:
+                return None
+            attributes[attr] = value
+    if attributes.get("specversion") != SPECVERSION:
+        return None
+    for required in REQUIRED:
+        if not attributes.get(required, "").strip():
+            return None
+    return _plain_rest(attributes, environ.get("CONTENT_TYPE") or None, body)
+
+
+_ENVIRON_NAMES: dict[str, str] = {}  # HTTP_CE_SPECVERSION -> specversion, once checked
+
+
+def _plain_attribute(attr: str, value: str) -> bool:
+    """A binary-mode attribute the fast path takes as it stands: not empty, no
+    percent-encoding to undo, a name :func:`_plain_name` accepts."""
+    return bool(value) and "%" not in value and _plain_name(attr)
+
+
+def _plain_name(attr: str) -> bool:
+    """An attribute name the SDK accepts (``my_ext``, from a ``ce-my-ext`` header, is not
+    one) and does not treat specially."""
+    return attr not in ("data", "datacontenttype") and (
+        attr in CORE or _EXTENSION.match(attr) is not None)
+
+
+def _plain_rest(attributes: dict[str, Any], content_type: str | None, body: bytes
+                ) -> tuple[dict[str, Any], datetime, Any] | None:
+    """The content type, time and data of a plain binary-mode event (see
+    :func:`_plain_binary`)."""
     if content_type is not None:
         if not content_type:
             return None

@@ -34,7 +34,7 @@ from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
 from eventop.kube.resources import is_custom
 from eventop.router import auth, logs, metrics
-from eventop.router.dispatch import EngineProvider, run_controllers
+from eventop.router.dispatch import EngineProvider, process_generation, run_controllers
 from eventop.router.parse import BadEvent, parse_environ
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class KubeProvider:
     def __init__(self, kube: Kube | None = None) -> None:
         self._fixed = kube
         self._kube: Kube | None = None
-        self._pid: int | None = None
+        self._generation: int | None = None
         self._lock = threading.Lock()
 
     def get(self) -> Kube:
@@ -80,11 +80,11 @@ class KubeProvider:
         configured."""
         if self._fixed is not None:
             return self._fixed
-        pid = os.getpid()
-        if self._kube is not None and self._pid == pid:
+        generation = process_generation()
+        if self._kube is not None and self._generation == generation:
             return self._kube
         with self._lock:
-            if self._kube is None or self._pid != pid:
+            if self._kube is None or self._generation != generation:
                 from eventop.kube import Kube
 
                 try:
@@ -94,7 +94,7 @@ class KubeProvider:
                 except Exception as exc:  # a broken kubeconfig, unreadable token file...
                     raise Unavailable(f"cannot configure Kubernetes access: "
                                       f"{type(exc).__name__}: {exc}") from exc
-                self._pid = pid
+                self._generation = generation
             return self._kube
 
 

@@ -21,6 +21,24 @@ from eventop.kube.errors import KubeError, Unavailable
 
 log = logging.getLogger("eventop.router")
 
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+def process_generation() -> int:
+    """A number that changes in a child process after ``os.fork``: what a worker made for
+    itself (a connection pool, an engine) is remade if it was made before the fork. Cheaper
+    than comparing ``os.getpid()``, a system call on every request."""
+    return _forks
+
+
 class EngineProvider:
     """The engine of this worker process: started once the Kubernetes API is reachable."""
 
@@ -29,7 +47,7 @@ class EngineProvider:
         self.settings = EngineSettings.from_env()  # a mistyped value fails the start
         self.kube_provider = kube_provider
         self._engine: Engine | None = None
-        self._pid: int | None = None
+        self._generation: int | None = None
         self._lock = threading.Lock()
         self._error = "not started yet"
 
@@ -38,17 +56,17 @@ class EngineProvider:
 
     def get(self) -> Engine:
         """The running engine, started on first use; Unavailable while it can not be."""
-        pid = os.getpid()
+        generation = process_generation()
         engine = self._engine
-        if engine is not None and self._pid == pid:
+        if engine is not None and self._generation == generation:
             return engine
         with self._lock:
-            if self._engine is None or self._pid != pid:
+            if self._engine is None or self._generation != generation:
                 try:
                     kube = self.kube_provider.get()
                     self._engine = Engine(self.controllers, kube,
                                           settings=self.settings).start()
-                    self._pid = pid
+                    self._generation = generation
                 except KubeError as exc:
                     self._error = str(exc)
                     raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from typing import Any
 
 import pytest
@@ -353,5 +354,9 @@ def test_kube_is_connected_lazily_once_per_process(monkeypatch: pytest.MonkeyPat
     assert made == []
     first = provider.get()
     assert provider.get() is first and len(made) == 1
-    monkeypatch.setattr("os.getpid", lambda: -1)  # as in a freshly forked worker
-    assert provider.get() is not first and len(made) == 2
+    pid = os.fork()  # as gunicorn forks a worker
+    if pid == 0:
+        os._exit(0 if provider.get() is not first and len(made) == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child reused its parent's"
+    assert provider.get() is first and len(made) == 1

@@ -16,11 +16,9 @@ On the real API server named by ``--kubeconfig`` (or ``KUBECONFIG``), or one sta
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 import warnings
@@ -33,7 +31,21 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from bench.world import CLUSTER, QUIET, connect, diff, kube_requests, on_cluster, wait_quiet  # noqa: E402
+from bench.world import (  # noqa: E402
+    CLUSTER,
+    QUIET,
+    CpuMeter,
+    Sightings,
+    by_label,
+    connect,
+    control_plane_pids,
+    cpu_line,
+    diff,
+    kube_requests,
+    metric,
+    on_cluster,
+    wait_quiet,
+)
 from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
@@ -43,51 +55,8 @@ warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 Obj = dict[str, Any]
 
 
-class Copies:
-    """A watch of the rule's copies: when each first held a given value."""
-
-    def __init__(self, kube: Kube, selector: str) -> None:
-        self.kube, self.selector = kube, selector
-        self.value: dict[str, str] = {}
-        self.at: dict[tuple[str, str], float] = {}
-        self.ready = threading.Event()
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        res = self.kube.resource("v1", "ConfigMap")
-        rv = ""
-        for page in self.kube.pages(res, label_selector=self.selector):
-            for item in page["items"]:
-                self._saw(item, time.monotonic())
-            rv = str(page["metadata"].get("resourceVersion") or rv)
-        self.ready.set()
-        while not self._stop.is_set():
-            try:
-                query = [("resourceVersion", rv), ("timeoutSeconds", 30),
-                         ("labelSelector", self.selector)]
-                for line in self.kube.iter_watch(res, None, query, (5.0, 40.0)):
-                    now = time.monotonic()
-                    event = json.loads(line)
-                    rv = event["object"]["metadata"].get("resourceVersion", rv)
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        self._saw(event["object"], now)
-            except Exception:
-                time.sleep(0.2)
-
-    def _saw(self, obj: Obj, at: float) -> None:
-        ns, value = obj["metadata"]["namespace"], (obj.get("data") or {}).get("v", "")
-        self.value[ns] = value
-        self.at.setdefault((ns, value), at)
-
-    def holding(self, value: str) -> int:
-        return sum(1 for v in self.value.values() if v == value)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
+def run(world: Kube, env: dict[str, str], count: int, where: str,
+        servers: dict[str, int]) -> None:
     run_id = uuid.uuid4().hex[:6]
     prefix = f"fan{run_id}"
     src = f"{prefix}-src"
@@ -114,12 +83,14 @@ def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
                   "spec": {"ruleType": "configmap", "namespaces": [src],
                            "selector": {"matchLabels": {"eventop-fanout": "source"}},
                            "targetNamespaces": {"selector": {"matchLabels": label}}}})
-    copies = Copies(world, f"eventop.dev/copy-rule={rule}")
+    # When each copy first held each value (its data.v), seen by a watch of the rule's copies.
+    copies = Sightings(world, "v1", "ConfigMap", label_selector=f"eventop.dev/copy-rule={rule}",
+                       state=lambda obj: str((obj.get("data") or {}).get("v", "")))
     log_dir = tempfile.mkdtemp(prefix="eventop-fanout-")
     router = RouterProcess(env, log_dir=log_dir)
     watcher = WatcherProcess(router.url, env, log_dir=log_dir)
     try:
-        copies.ready.wait(60)
+        copies.wait_synced(60)
         start = time.monotonic()
         deadline = start + 600
         while copies.holding("1") < count and time.monotonic() < deadline:
@@ -129,20 +100,35 @@ def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
         time.sleep(5.0)  # the echoes of the creates come back, the status settles
 
         before = kube_requests(router.url)
+        engine0 = by_label(router.url, "eventop_engine_requests_total", "result")
+        runs0 = metric(router.url, "eventop_engine_runs_total")
+        events0 = metric(router.url, "eventop_events_total")
         changed = world.get("v1", "ConfigMap", "shared-settings", src)
+        meter = CpuMeter({"router": router.proc.pid, "watcher": watcher.proc.pid, **servers})
+        meter.start()
         t0 = t0_change = time.monotonic()
         world.replace({**changed, "data": {"v": "2"}})
         deadline = t0 + 120
         while copies.holding("2") < count and time.monotonic() < deadline:
             time.sleep(0.02)
-        last = max((copies.at.get((ns, "2"), float("nan")) for ns in names), default=0.0)
+        last = max((copies.at(ns, "shared-settings", "2") or float("nan") for ns in names),
+                   default=0.0)
+        until_last = meter.spent()
         time.sleep(5.0)  # the echoes of those writes come back
+        with_echoes = meter.spent()
         spent = diff(kube_requests(router.url), before)
         writes = sum(v for k, v in spent.items() if k in WRITES)
         print(f"  a source change reached {copies.holding('2')}/{count} copies in "
               f"{last - t0:.3f} s (target < 1 s); router requests {dict(sorted(spent.items()))}: "
               f"{writes} writes (target exactly {count}), "
               f"{sum(spent.values()) - writes} other requests")
+        engine = diff(by_label(router.url, "eventop_engine_requests_total", "result"), engine0)
+        print(f"  meanwhile the router received "
+              f"{metric(router.url, 'eventop_events_total') - events0:.0f} CloudEvents (the "
+              f"change and the echoes of its writes); engine requests {engine}; "
+              f"{metric(router.url, 'eventop_engine_runs_total') - runs0:.0f} runs")
+        print(f"  CPU seconds until the last copy was seen: {cpu_line(until_last)}; "
+              f"5 s later (echoes): {cpu_line(with_echoes)} (self: this bench and its watch)")
 
         before = kube_requests(router.url)
         with requests.Session() as session:
@@ -184,7 +170,8 @@ def run(world: Kube, env: dict[str, str], count: int, where: str) -> None:
 
 def on_real(kubeconfig: str, count: int) -> None:
     world = connect(kubeconfig)
-    run(world, {"KUBECONFIG": kubeconfig, **QUIET}, count, f"real API server {world.host}")
+    run(world, {"KUBECONFIG": kubeconfig, **QUIET}, count, f"real API server {world.host}",
+        control_plane_pids(kubeconfig))
 
 
 def on_localkube(count: int) -> None:
@@ -193,7 +180,7 @@ def on_localkube(count: int) -> None:
     with LocalKube(crd_dir=str(REPO / "crds")) as server:
         world = Kube.connect(url=server.url)
         run(world, {"EVENTOP_KUBE_URL": server.url, **QUIET}, count,
-            f"local API server {server.url} (no cluster: not the real figure)")
+            f"local API server {server.url} (no cluster: not the real figure)", {})
 
 
 def main() -> int:

@@ -28,12 +28,10 @@ eventop and the Go publisher only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -45,45 +43,21 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from bench.world import QUIET, SHARED, connect, diff, kube_requests, metric, on_cluster  # noqa: E402
+from bench.world import (  # noqa: E402
+    QUIET,
+    SHARED,
+    Sightings,
+    connect,
+    diff,
+    kube_requests,
+    metric,
+    on_cluster,
+)
 from eventop.events import to_cloudevent, to_http  # noqa: E402
-from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
 
 KOPF = "kopf==1.45.2"
 Obj = dict[str, Any]
-
-
-class FirstSeen:
-    """One watch of every ConfigMap: when each (namespace, name) first appeared."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self.at: dict[tuple[str, str], float] = {}
-        self.ready = threading.Event()
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        res = self.kube.resource("v1", "ConfigMap")
-        rv = str(next(self.kube.pages(res, limit=1))["metadata"]["resourceVersion"])
-        self.ready.set()
-        while not self._stop.is_set():
-            try:
-                query = [("resourceVersion", rv), ("timeoutSeconds", 30),
-                         ("allowWatchBookmarks", "true")]
-                for line in self.kube.iter_watch(res, None, query, (5.0, 40.0)):
-                    now = time.monotonic()
-                    event = json.loads(line)
-                    meta = event["object"].get("metadata") or {}
-                    rv = meta.get("resourceVersion", rv)
-                    if event["type"] == "ADDED":
-                        self.at.setdefault((meta.get("namespace", ""), meta["name"]), now)
-            except Exception:
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def kopf_python(cache: Path) -> Path:
@@ -145,20 +119,20 @@ def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
             env={**os.environ, "PREFIX": prefix, "KUBECONFIG": kubeconfig,
                  "PYTHONWARNINGS": "ignore"},
             stdout=subprocess.DEVNULL, stderr=open(Path(log_dir) / "kopf.log", "wb"))  # noqa: SIM115
-    seen = FirstSeen(admin)
+    seen = Sightings(admin, "v1", "ConfigMap")  # when each ConfigMap first appeared
     copiers = {"eventop": "ev-copy", "Go root-CA publisher": "kube-root-ca.crt"}
     if kopf is not None:
         copiers["kopf 1.45.2"] = "kopf-copy"
     try:
-        seen.ready.wait(30)
+        seen.wait_synced(30)
         # Warm up: every copier has acted once (caches synced, connections open).
         warm = f"{prefix}-warm"
         namespace(warm, target_labels)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(
-                (warm, name) in seen.at for name in copiers.values()):
+                seen.at(warm, name) for name in copiers.values()):
             time.sleep(0.1)
-        missing = [c for c, n in copiers.items() if (warm, n) not in seen.at]
+        missing = [c for c, n in copiers.items() if not seen.at(warm, n)]
         if missing:
             raise SystemExit(f"copy_latency: no copy by {', '.join(missing)} within 120 s; logs "
                              f"in {log_dir}")
@@ -175,7 +149,7 @@ def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
             list(pool.map(create, names))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(
-                (ns, n) in seen.at for ns in names for n in copiers.values()):
+                seen.at(ns, n) for ns in names for n in copiers.values()):
             time.sleep(0.1)
         time.sleep(3.0)  # the echoes of eventop's writes come back meanwhile
         burst = diff(kube_requests(router.url), before)
@@ -184,8 +158,8 @@ def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
               f"real API server {admin.host}, router workers: {workers}")
         p50s = {}
         for copier, name in copiers.items():
-            latencies = [(seen.at[(ns, name)] - sent[ns]) * 1000 for ns in names
-                         if (ns, name) in seen.at]
+            latencies = [(at - sent[ns]) * 1000 for ns in names
+                         if (at := seen.at(ns, name)) is not None]
             p50s[copier] = percentile(latencies, 0.5)
             print(f"  {copier:22s} p50 {p50s[copier]:7.1f} ms   p90 "
                   f"{percentile(latencies, 0.9):7.1f} ms   ({len(latencies)}/{count} copies)")
@@ -193,7 +167,7 @@ def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
             t0 = min(sent.values())
             for ns in sorted(names, key=lambda n: sent[n]):
                 print(f"    {ns}: sent +{(sent[ns] - t0) * 1000:6.0f} ms, " + ", ".join(
-                    f"{c.split()[0]} +{(seen.at.get((ns, n), float('nan')) - sent[ns]) * 1000:5.0f}"
+                    f"{c.split()[0]} +{((seen.at(ns, n) or float('nan')) - sent[ns]) * 1000:5.0f}"
                     for c, n in copiers.items()))
         go = p50s["Go root-CA publisher"]
         print(f"  eventop p50 / Go publisher p50: {p50s['eventop'] / go:.2f} (target <= 1.5)")

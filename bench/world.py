@@ -9,10 +9,12 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -21,6 +23,7 @@ import requests  # noqa: E402
 import yaml  # noqa: E402
 
 from eventop.kube import Kube  # noqa: E402
+from eventop.kube.reflector import Reflector, Sink, Watched, WatchSettings  # noqa: E402
 
 
 def _shared() -> Path:
@@ -43,6 +46,60 @@ QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request",
          **{k: os.environ[k] for k in ("EVENTOP_THREADS", "EVENTOP_MAX_IN_FLIGHT")
             if k in os.environ}}
 warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+
+
+class Sightings(Sink):
+    """When each object was first seen in each state (``state(obj)``: its data, say), by the
+    project's own list-then-watch loop (:class:`~eventop.kube.reflector.Reflector`: resumes
+    a broken watch, lists again after 410), so a bench times what a watch client sees."""
+
+    def __init__(self, kube: Kube, api_version: str, kind: str, *,
+                 label_selector: str | None = None,
+                 state: Callable[[dict[str, Any]], str] = lambda obj: "") -> None:
+        self.state = state
+        self.now: dict[tuple[str, str], str] = {}  # (namespace, name) -> its state now
+        self._first: dict[tuple[str, str, str], float] = {}  # + state -> first seen
+        self._stop = threading.Event()
+        self.reflector = Reflector(
+            kube, lambda: Watched(kube.resource(api_version, kind), None, label_selector),
+            self, WatchSettings(resync_seconds=0), self._stop,
+            name=f"bench {kind} watch").start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the first list is in (everything after it is seen as it happens)."""
+        return self.reflector.synced.wait(timeout)
+
+    def at(self, namespace: str, name: str, state: str = "") -> float | None:
+        """When ``namespace/name`` was first seen in ``state`` (``time.monotonic``)."""
+        return self._first.get((namespace, name, state))
+
+    def holding(self, state: str) -> int:
+        """How many objects are in ``state`` now."""
+        return sum(1 for s in list(self.now.values()) if s == state)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _saw(self, obj: dict[str, Any]) -> None:
+        at = time.monotonic()
+        meta = obj["metadata"]
+        key, state = (str(meta.get("namespace") or ""), str(meta["name"])), self.state(obj)
+        self.now[key] = state
+        self._first.setdefault((*key, state), at)
+
+    def list_item(self, obj: dict[str, Any]) -> None:
+        self._saw(obj)
+
+    def offer(self, change: str, obj: dict[str, Any], timeout: float) -> bool:
+        if change == "delete":
+            meta = obj["metadata"]
+            self.now.pop((str(meta.get("namespace") or ""), str(meta["name"])), None)
+        else:
+            self._saw(obj)
+        return True
+
+    def put(self, change: str, obj: dict[str, Any]) -> None:
+        self.offer(change, obj, 0.0)
 
 
 def on_cluster(kubeconfig: str | None, name: str, fn: Callable[[str], None]) -> bool:
@@ -121,5 +178,91 @@ def metric(router_url: str, name: str, **labels: str) -> float:
     return total
 
 
+def by_label(router_url: str, name: str, label: str) -> dict[str, float]:
+    """A counter of the router's summed by the value of one of its labels."""
+    text = requests.get(router_url + "/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            value = re.search(label + r'="([^"]*)"', line)
+            key = value.group(1) if value else ""
+            out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
     return {k: int(v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0)}
+
+
+# -- CPU: who spends it (the client, the pipeline and the control plane share the cores) -----
+
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CONTROL_PLANE = ("apiserver", "etcd", "kcm")
+
+
+def control_plane_pids(kubeconfig: str) -> dict[str, int]:
+    """kube-apiserver's, etcd's and kube-controller-manager's pids, from the state directory
+    (the kubeconfig's) of a cluster started by ``../shared/k8s/cluster``; empty for another
+    cluster."""
+    state = Path(kubeconfig).resolve().parent
+    pids = {}
+    for name in CONTROL_PLANE:
+        try:
+            pids[name] = int((state / f"{name}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return {}
+    return pids
+
+
+def _stat(pid: int) -> list[str]:
+    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` and its living descendants have used so far
+    (the router's gunicorn worker is a child of its master); 0 if it is gone."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = _stat(current)
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+        todo += children.get(current, [])
+    return total
+
+
+class CpuMeter:
+    """CPU seconds spent by named processes between :meth:`start` and :meth:`spent`
+    (``self`` is this process: ``time.process_time``, every thread)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._start: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        return {"self": time.process_time(),
+                **{name: cpu_seconds(pid) for name, pid in self.pids.items()}}
+
+    def start(self) -> CpuMeter:
+        self._start = self._now()
+        return self
+
+    def spent(self) -> dict[str, float]:
+        now = self._now()
+        return {name: now[name] - self._start[name] for name in now}
+
+
+def cpu_line(spent: dict[str, float]) -> str:
+    """``router 0.61, apiserver 0.93, ... (total 2.10 CPU-s)``."""
+    parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in spent.items())
+    return f"{parts} (total {sum(spent.values()):.2f} CPU-s)"

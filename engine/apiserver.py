@@ -15,7 +15,9 @@ handler (or a change made meanwhile, which has another version) still sees it.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from eventop.engine.desired import Note
@@ -46,26 +48,54 @@ class Echoes:
             while len(self._seen) > self.limit:
                 self._seen.popitem(last=False)
 
-    def is_echo(self, uid: str | None, resource_version: str | None, change: str) -> bool:
-        """Is this change the event of our own write? (Forgotten once recognised.)"""
+    def is_echo(self, uid: str | None, resource_version: str | None, change: str, *,
+                consume: bool = True) -> bool:
+        """Is this change the event of our own write? (Forgotten once recognised, if
+        ``consume``: the router's own watch sees it first and leaves it for the event.)"""
         if not uid:
             return False
         key = (uid, "deleted" if change == "delete" else str(resource_version))
         with self._lock:
             if key in self._seen:
-                del self._seen[key]
-                self.dropped += 1
+                if consume:
+                    del self._seen[key]
+                    self.dropped += 1
                 return True
         return False
 
 
 class KubeWriter:
-    """:class:`~eventop.engine.write.Writer` over the API server for one handler."""
+    """:class:`~eventop.engine.write.Writer` over the API server for one handler.
+
+    It knows which objects it is writing right now (:meth:`writing`): the watch event of a
+    write can arrive before the write's answer, so before its echo is remembered; the
+    router's own watch leaves such an event to the watcher's, which comes later.
+    """
 
     def __init__(self, kube: Kube, cache: Cache, echoes: Echoes) -> None:
         self.kube = kube
         self.cache = cache
         self.echoes = echoes
+        self._lock = threading.Lock()
+        self._writing: Counter[tuple[str, str, str]] = Counter()
+
+    def writing(self, obj: Obj) -> bool:
+        """Is a write of this object (kind, namespace, name) under way?"""
+        with self._lock:
+            return self._writing[_slot(obj)] > 0
+
+    @contextmanager
+    def _write(self, obj: Obj) -> Iterator[None]:
+        slot = _slot(obj)
+        with self._lock:
+            self._writing[slot] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writing[slot] -= 1
+                if self._writing[slot] <= 0:
+                    del self._writing[slot]
 
     def _wrote(self, obj: Obj) -> Obj:
         store = self.cache.store(str(obj.get("apiVersion")), str(obj.get("kind")))
@@ -75,22 +105,26 @@ class KubeWriter:
         return obj
 
     def create(self, obj: Obj) -> Obj:
-        return self._wrote(self.kube.create(obj))
+        with self._write(obj):
+            return self._wrote(self.kube.create(obj))
 
     def apply(self, obj: Obj, *, force: bool) -> Obj:
-        return self._wrote(self.kube.apply(obj, force=force))
+        with self._write(obj):
+            return self._wrote(self.kube.apply(obj, force=force))
 
     def replace(self, obj: Obj) -> Obj:
-        return self._wrote(self.kube.replace(obj))
+        with self._write(obj):
+            return self._wrote(self.kube.replace(obj))
 
     def delete(self, obj: Obj) -> None:
         meta = obj["metadata"]
-        self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
-                         uid=meta.get("uid"))
-        store = self.cache.store(obj["apiVersion"], obj["kind"])
-        if store is not None:
-            store.forget_deleted(obj)
-        self.echoes.mark(obj, deleted=True)
+        with self._write(obj):
+            self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"],
+                             meta.get("namespace"), uid=meta.get("uid"))
+            store = self.cache.store(obj["apiVersion"], obj["kind"])
+            if store is not None:
+                store.forget_deleted(obj)
+            self.echoes.mark(obj, deleted=True)
 
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None:
         found = self.kube.get_or_none(api_version, kind, name, namespace)
@@ -102,13 +136,18 @@ class KubeWriter:
 
     def patch_status(self, parent: Obj, status: Obj) -> Obj:
         try:
-            return self._wrote(self.kube.patch_status(parent, status))
+            with self._write(parent):
+                return self._wrote(self.kube.patch_status(parent, status))
         except errors.NotFound:
             return parent  # deleted meanwhile: nothing left to report on
 
     def set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj:
         """Add or remove one finalizer with a resourceVersion precondition (a merge patch
         replaces the whole list: another controller's change meanwhile must not be lost)."""
+        with self._write(parent):
+            return self._set_finalizer(parent, finalizer, present)
+
+    def _set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj:
         meta = parent["metadata"]
         have = [f for f in meta.get("finalizers") or [] if f != finalizer]
         wanted = [*have, finalizer] if present else have
@@ -137,3 +176,8 @@ class KubeWriter:
 
     def post_event(self, parent: Obj, note: Note) -> None:
         self.kube.post_event(parent, note.type, note.reason, note.message)
+
+
+def _slot(obj: Obj) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))

@@ -1,16 +1,23 @@
 """A keyed work queue with client-go's workqueue semantics, plus tickets for the events.
 
 * A key already queued is not queued twice: N requests for it cost one run.
-* A key being worked on is never handed to a second worker; a request for it meanwhile
-  marks it dirty, and exactly one more run follows when the current one ends.
+* A key is never *computed* by two workers at once; a request for it meanwhile marks it
+  dirty, and exactly one more run follows.
+* Pipelined runs: a run that has computed its writes and sent them
+  (:meth:`WorkQueue.release`) lets the next run of its key start while its writes are in
+  flight, up to ``depth`` runs of one key at once. One slow write no longer holds back every
+  change queued behind it (a namespace created while a rule's run waits for another
+  namespace's copy). The engine keeps the runs of a key from writing a child twice and
+  finishes them in order (see ``engine/write.py`` and ``engine/runtime.py``).
 * Delayed requests (:meth:`WorkQueue.add_after`) and per-key rate-limited retries
   (:meth:`WorkQueue.retry`, exponential backoff per key: a failing key backs off alone
   while the others flow).
 
 A :class:`Ticket` is what an event waits on: it is done once, for each of its keys, a run
-that *started after the ticket was added* has finished. That is what makes answering the
-event only after its change was acted upon exact: a run already under way when the event
-arrived may have read the world before the change, so it does not count.
+that *started after the change it reports was in the cache* has finished (``since``, the
+cache's own time for it; without one, after the ticket was added). A run that began before
+may have read the world without the change, so it does not count; a run that began after,
+even one started by the router's own watch before the event arrived, does.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ import heapq
 import itertools
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from eventop.kube.backoff import Backoff
 
 Item = Hashable
+MAX_SUCCEEDED = 10_000  # keys whose last successful run is remembered
 
 
 @dataclass
@@ -80,22 +88,41 @@ class Ticket:
 
 
 @dataclass
+class _Run:
+    """One run of one key: when it started, and the tickets it satisfies."""
+
+    started: float
+    tickets: list[Ticket] = field(default_factory=list)
+
+
+@dataclass
 class _State:
     queued: bool = False
-    running: bool = False
+    #: The run between :meth:`WorkQueue.get` and :meth:`WorkQueue.release`.
+    computing: _Run | None = None
+    #: Released runs, oldest first, whose writes are still in flight.
+    completing: list[_Run] = field(default_factory=list)
     dirty: bool = False
     failures: int = 0
     #: Tickets waiting for a run that starts after they were added.
     next_run: list[Ticket] = field(default_factory=list)
-    #: Tickets the current run satisfies.
-    this_run: list[Ticket] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.computing is not None or bool(self.completing)
 
 
 class WorkQueue:
     """Keys to work on, each worked on by one worker at a time."""
 
-    def __init__(self, backoff: Backoff | None = None) -> None:
+    def __init__(self, backoff: Backoff | None = None, *, depth: int = 4) -> None:
         self.backoff = backoff or Backoff(0.5, 300.0)
+        #: Runs of one key at once (one computing, the others' writes in flight).
+        self.depth = max(1, depth)
+        #: Per key, the start and result of its last successful run (bounded, oldest
+        #: forgotten first): an event whose change a finished run already saw is answered
+        #: with that run's result.
+        self._succeeded: OrderedDict[Item, tuple[float, Result]] = OrderedDict()
         self._cond = threading.Condition()
         self._ready: deque[Item] = deque()
         self._states: dict[Item, _State] = {}
@@ -115,23 +142,49 @@ class WorkQueue:
             return not self._ready and not self._delayed and not any(
                 s.running or s.queued for s in self._states.values())
 
-    def add(self, item: Item, ticket: Ticket | None = None) -> None:
-        """Request a run of ``item``; ``ticket`` completes after a run started from now."""
+    def add(self, item: Item, ticket: Ticket | None = None, since: float | None = None) -> None:
+        """Request a run of ``item``. ``ticket`` completes after a run that started at or
+        after ``since`` (a :func:`time.monotonic` time; default: from now) has finished: a
+        run under way or finished that qualifies is used, else the next one."""
         with self._cond:
             self.added += 1
+            if ticket is not None and since is not None and self._join(item, ticket, since):
+                self.merged += 1
+                return
             state = self._states.setdefault(item, _State())
             if ticket is not None:
                 ticket._expect(item)
                 state.next_run.append(ticket)
-            if state.running:
+            if state.queued:
+                self.merged += 1
+            elif state.computing is not None or len(state.completing) >= self.depth:
                 self.merged += 1
                 state.dirty = True
-            elif state.queued:
-                self.merged += 1
             else:
-                state.queued = True
-                self._ready.append(item)
-                self._cond.notify()
+                self._enqueue(item, state)
+
+    def _join(self, item: Item, ticket: Ticket, since: float) -> bool:
+        """Give ``ticket`` to a run of ``item`` under way, or finished successfully, that
+        started at or after ``since``."""
+        state = self._states.get(item) or _State()
+        runs = [*state.completing, *([state.computing] if state.computing else [])]
+        for run in reversed(runs):
+            if run.started >= since:
+                ticket._expect(item)
+                run.tickets.append(ticket)
+                return True
+        last = self._succeeded.get(item)
+        if last is not None and last[0] >= since:
+            ticket._expect(item)
+            ticket._finish(last[1])
+            return True
+        return False
+
+    def _enqueue(self, item: Item, state: _State) -> None:
+        state.queued = True
+        state.dirty = False
+        self._ready.append(item)
+        self._cond.notify()
 
     def add_after(self, item: Item, delay: float) -> None:
         """Request a run of ``item`` in ``delay`` seconds (a handler's requeue_after)."""
@@ -165,8 +218,9 @@ class WorkQueue:
                 if self._ready:
                     item = self._ready.popleft()
                     state = self._states[item]
-                    state.queued, state.running = False, True
-                    state.this_run, state.next_run = state.next_run, []
+                    state.queued = False
+                    state.computing = _Run(time.monotonic(), state.next_run)
+                    state.next_run = []
                     self.started += 1
                     return item
                 if self._closed:
@@ -181,21 +235,45 @@ class WorkQueue:
                     waits.append(max(0.0, self._delayed[0][0] - now))
                 self._cond.wait(min(waits) if waits else None)
 
-    def done(self, result: Result) -> None:
-        """The run of ``result.item`` ended; its tickets learn how, a dirty key runs again."""
+    def release(self, item: Item) -> None:
+        """The computing run of ``item`` has sent its writes: the key may run again (a dirty
+        key is queued) while they are in flight. Its tickets wait for :meth:`done`."""
+        with self._cond:
+            state = self._states.get(item)
+            if state is None or state.computing is None:
+                return
+            state.completing.append(state.computing)
+            state.computing = None
+            self._again(item, state)
+
+    def done(self, result: Result, *, released: bool = False) -> None:
+        """A run of ``result.item`` ended: the computing one, or if ``released`` the oldest
+        released one (the engine finishes the runs of a key in the order they began). Its
+        tickets learn how; a dirty key runs again."""
         with self._cond:
             state = self._states[result.item]
-            state.running = False
-            tickets, state.this_run = state.this_run, []
-            if state.dirty or state.next_run:
-                state.dirty = False
-                state.queued = True
-                self._ready.append(result.item)
-                self._cond.notify()
-            elif state.failures == 0 and not self._is_delayed(result.item):
+            if released:
+                run = state.completing.pop(0)
+            else:
+                assert state.computing is not None, f"{result.item!r} is not computing"
+                run, state.computing = state.computing, None
+            if result.ok:
+                self._succeeded[result.item] = (run.started, result)
+                self._succeeded.move_to_end(result.item)
+                while len(self._succeeded) > MAX_SUCCEEDED:
+                    self._succeeded.popitem(last=False)
+            self._again(result.item, state)
+            if not state.running and not state.queued and state.failures == 0 \
+                    and not self._is_delayed(result.item):
                 del self._states[result.item]
-        for ticket in tickets:
+        for ticket in run.tickets:
             ticket._finish(result)
+
+    def _again(self, item: Item, state: _State) -> None:
+        """Queue a key that is wanted again, once it may run."""
+        if (state.dirty or state.next_run) and not state.queued \
+                and state.computing is None and len(state.completing) < self.depth:
+            self._enqueue(item, state)
 
     def close(self) -> None:
         with self._cond:
@@ -207,11 +285,12 @@ class WorkQueue:
         while self._delayed and self._delayed[0][0] <= now:
             _, _, item = heapq.heappop(self._delayed)
             state = self._states.setdefault(item, _State())
-            if state.running:
+            if state.queued:
+                continue
+            if state.computing is not None or len(state.completing) >= self.depth:
                 state.dirty = True
-            elif not state.queued:
-                state.queued = True
-                self._ready.append(item)
+            else:
+                self._enqueue(item, state)
 
     def _is_delayed(self, item: Item) -> bool:
         return any(entry[2] == item for entry in self._delayed)

@@ -5,6 +5,10 @@ Order matters: the finalizer is added before any child is written (so no child e
 a deletion could leave behind unfinalized), status is written after the children (so it
 counts what is really in place), and Events only with a status change (so a parent stuck in
 one state does not post an Event per event).
+
+In the router, runs of one parent overlap (:class:`Pipeline`): the next starts once this
+one's writes are sent. Status is then written in the order the runs started, and only by
+the latest: a run that a later one has overtaken leaves the status to it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
 from eventop.engine.reads import Reads
-from eventop.engine.write import Writer, execute
+from eventop.engine.write import InFlight, Writer, execute
 from eventop.kube import now_rfc3339
 from eventop.kube.objects import status_changed
 
@@ -43,10 +47,26 @@ class RunResult:
     notes: list[Note] = field(default_factory=list)
 
 
+@dataclass
+class Pipeline:
+    """How a run overlaps with the runs of the same parent before and after it."""
+
+    #: The handler's writes in flight (shared by all runs of its parents).
+    inflight: InFlight
+    #: Called once this run's writes are sent: the next run of the parent may start.
+    dispatched: Callable[[], None]
+    #: Waits until the runs of the parent started before this one have finished; returns
+    #: the parent as the cache holds it now (None if gone).
+    settle: Callable[[], Obj | None]
+    #: Has a later run of the parent started? It writes the status then.
+    overtaken: Callable[[], bool]
+
+
 def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Writer, *,
         submit: Callable[..., Any] | None = None,
         terminating: Callable[[str], bool] = lambda _ns: False,
-        seen_conflicts: dict[str, set[str]] | None = None) -> RunResult:
+        seen_conflicts: dict[str, set[str]] | None = None,
+        pipeline: Pipeline | None = None) -> RunResult:
     """Converge one parent. A :class:`~eventop.engine.invalid.SpecError` from the function is
     reported on the parent (see :mod:`eventop.engine.invalid`) and the run succeeds; other
     exceptions (the handler's, an unavailable API server) propagate: the caller answers the
@@ -60,6 +80,10 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     deleting = bool(meta.get("deletionTimestamp"))
     if deleting and not (finalizer and finalizer in finalizers):
         return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
+    if deleting and pipeline is not None:
+        pipeline.settle()  # a deletion runs alone: after the runs before it, start to end
+        pipeline = None
+    prior = pipeline.inflight.snapshot() if pipeline is not None else None
     if deleting:
         assert ctl.finalize_fn is not None
         desired = _call(ctl, ctl.finalize_fn, parent, reads, deleting=True)
@@ -71,15 +95,25 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         desired = _call(ctl, ctl.reconcile_fn, parent, reads)
     the_plan = plan(ctl, parent, desired, reads, terminating=terminating, prune=not deleting)
     uid = str(parent["metadata"]["uid"])
-    outcome = execute(the_plan, writer, parent, submit=submit)
+    if pipeline is None:
+        outcome = execute(the_plan, writer, parent, submit=submit)
+    else:
+        outcome = execute(the_plan, writer, parent, submit=submit, inflight=pipeline.inflight,
+                          prior=prior, dispatched=pipeline.dispatched)
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry)
     status = desired.status_for(outcome)
-    if status is not None and status_changed(parent.get("status") or {}, status):
+    overtaken = False
+    if pipeline is not None:
+        parent = pipeline.settle() or parent
+        # A later run has started: it writes the status, counting this run's writes too.
+        overtaken = pipeline.overtaken()
+    if not overtaken and status is not None \
+            and status_changed(parent.get("status") or {}, status):
         parent = writer.patch_status(parent, status)
         result.status_written = True
     notes = desired.notes_for(outcome)
-    result.notes = notes if result.status_written or status is None \
+    result.notes = notes if result.status_written or (status is None and not overtaken) \
         else [n for n in notes if n.every_run]
     if ctl.conflict_events and seen_conflicts is not None:
         result.notes += _new_conflicts(ctl, parent, outcome, seen_conflicts.setdefault(uid, set()))

@@ -26,7 +26,8 @@ from eventop.engine.controller import Controller
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
 from eventop.engine.reads import Reads
-from eventop.engine.run import run
+from eventop.engine.run import Pipeline, run
+from eventop.engine.write import InFlight
 from eventop.handlers.events import Event
 from eventop.kube import errors
 from eventop.kube.client import Kube
@@ -59,6 +60,10 @@ class EngineSettings:
     cache_wait: float = 10.0
     #: How long an event waits for its runs before 503 (the runs go on).
     answer_wait: float = 45.0
+    #: Runs of one parent at once: one computing, the others' writes in flight.
+    pipeline_depth: int = 4
+    #: Start runs from the cache's own watch events too, not only from the watcher's.
+    run_on_watch: bool = True
 
     @classmethod
     def from_env(cls) -> EngineSettings:
@@ -110,8 +115,12 @@ class Engine:
         kinds = merge_kinds([k for c in self.controllers.values() for k in c.kinds()])
         self.cache = cache or Cache(kube, [InformerSpec(k.api_version, k.kind, k.metadata_only,
                                                         k.selector) for k in kinds.values()])
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(depth=self.settings.pipeline_depth)
         self.echoes = {name: Echoes() for name in self.controllers}
+        self.inflight = {name: InFlight() for name in self.controllers}
+        #: Per key, the end of its latest run (runs of a key finish in the order they began).
+        self._ends: dict[Item, threading.Event] = {}
+        self._ends_lock = threading.Lock()
         self.writers = {name: KubeWriter(kube.for_manager(c.field_manager), self.cache,
                                          self.echoes[name])
                         for name, c in self.controllers.items()}
@@ -130,6 +139,8 @@ class Engine:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Engine:
+        if self.settings.run_on_watch:
+            self.cache.listen(self._on_watch)
         self.cache.start()
         for i in range(self.settings.workers):
             t = threading.Thread(target=self._work, name=f"engine-worker-{i}", daemon=True)
@@ -249,29 +260,58 @@ class Engine:
                 ready.append(ctl)
         if not ready:
             return
-        subject = self._caught_up(event, kind)
+        subject, since = self._caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
         for ctl in ready:
-            if self.echoes[ctl.name].is_echo(uid, rv, event.change or ""):
+            # A delete seen by the cache's own watch was verified there (_on_watch).
+            verify = not (self.settings.run_on_watch and since is not None)
+            for key in self._keys(ctl, kind, event.change or "", subject, uid, rv, notes,
+                                  consume=True, verify=verify):
+                self._add(ctl, key, ticket, since)
+
+    def _keys(self, ctl: Controller, kind: tuple[str, str], change: str, subject: Obj,
+              uid: str | None, rv: str | None, notes: dict[str, str], *, consume: bool,
+              verify: bool) -> set[Key]:
+        """The keys of ``ctl`` a change maps to: none for the echo of its own write (the
+        echo is forgotten once ``consume``d: the event, not the watch, does that) or for a
+        parent whose update changed nothing it could react to."""
+        if self.echoes[ctl.name].is_echo(uid, rv, change, consume=consume):
+            if consume:
                 REQUESTS.labels(ctl.name, "echo").inc()
                 notes[ctl.name] = "echo of its own write"
-                continue
-            store = self._store(*ctl.parent.key)
-            keys = ctl.keys_for(subject, self._reads(ctl),
-                                parent_namespaced=bool(store and store.namespaced))
-            if kind == ctl.parent.key and event.change == "update":
-                keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
-                if not keys:
+            return set()
+        store = self._store(*ctl.parent.key)
+        keys = ctl.keys_for(subject, self._reads(ctl),
+                            parent_namespaced=bool(store and store.namespaced))
+        if kind == ctl.parent.key and change == "update":
+            keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
+            if not keys:
+                if consume:
                     REQUESTS.labels(ctl.name, "unchanged").inc()
-                    notes[ctl.name] = "only status or resourceVersion changed"
-            if event.change == "delete" and any(k.key == kind for k in ctl.owns):
-                self._verify.update((ctl.name, key) for key in keys)
-            for key in keys:
-                self._add(ctl, key, ticket)
+                notes[ctl.name] = "only status or resourceVersion changed"
+        if verify and change == "delete" and any(k.key == kind for k in ctl.owns):
+            self._verify.update((ctl.name, key) for key in keys)
+        return keys
 
-    def _caught_up(self, event: Event, kind: tuple[str, str]) -> Obj:
+    def _on_watch(self, spec: InformerSpec, change: str, obj: Obj) -> None:
+        """A change the cache's own watch brought: its runs start now, without waiting for
+        the watcher's event about it (which then finds them under way or done, see
+        ``WorkQueue.add``). The event stays what guarantees the change is acted upon."""
+        kind = (spec.api_version, spec.kind)
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        for ctl in self.controllers.values():
+            if not any(k.key == kind for k in ctl.event_kinds()) \
+                    or self._state(ctl)[0] != "ready" or self.writers[ctl.name].writing(obj):
+                continue  # (a write of it under way: maybe its echo, left to the event)
+            for key in self._keys(ctl, kind, change, obj, uid, rv, {}, consume=False,
+                                  verify=True):
+                self._add(ctl, key, None)
+
+    def _caught_up(self, event: Event, kind: tuple[str, str]) -> tuple[Obj, float | None]:
         """Wait (bounded) until the cache of the event's kind has seen its change; returns
-        the object as the cache holds it (the event's own data if gone)."""
+        the object as the cache holds it (the event's own data if gone) and when the cache
+        learned that version (or the deletion): a run started since then has seen it."""
         ref = event.ref
         assert ref is not None
         informer = self.cache.informer(*kind)
@@ -296,7 +336,9 @@ class Engine:
                               f"within {self.settings.cache_wait:.0f}s; send the event again")
         store = informer.store
         held = store.get(ref.namespace, ref.name) if store is not None else None
-        return held if held is not None else body
+        since = store.learned_at(held if held is not None else body, rv, deleted=deleted) \
+            if store is not None and informer.matches(body) else None
+        return (held if held is not None else body), since
 
     def _current_version(self, res: Any, namespace: str | None, name: str) -> str:
         """A Reference-mode event says which object, not which version: the API server's
@@ -337,9 +379,10 @@ class Engine:
         return (seen is not None and seen.status == parent.get("status")
                 and seen.fingerprint == fingerprint(parent))
 
-    def _add(self, ctl: Controller, key: Key, ticket: Ticket | None) -> None:
+    def _add(self, ctl: Controller, key: Key, ticket: Ticket | None,
+             since: float | None = None) -> None:
         before = self.queue.merged
-        self.queue.add((ctl.name, key), ticket)
+        self.queue.add((ctl.name, key), ticket, since)
         REQUESTS.labels(ctl.name, "merged" if self.queue.merged > before else "queued").inc()
 
     # -- runs ------------------------------------------------------------------------
@@ -362,9 +405,14 @@ class Engine:
             if item is None:
                 return
             name, key = item
+            with self._ends_lock:
+                before, end = self._ends.get(item), threading.Event()
+                self._ends[item] = end
             start = time.perf_counter()
+            released: list[bool] = []
             try:
-                detail, retry, requeue = self._run(self.controllers[name], key)
+                detail, retry, requeue = self._run(self.controllers[name], key, before, end,
+                                                   released)
                 result = Result(item, True, detail, None, time.perf_counter() - start)
                 RUNS.labels(name, "ok").inc()
                 if retry:
@@ -382,9 +430,19 @@ class Engine:
                           extra={"fields": {"handler": name, "key": str(key)}})
                 result = Result(item, False, f"{type(exc).__name__}: {exc}", exc,
                                 time.perf_counter() - start)
-            self.queue.done(result)
+            if before is not None:
+                before.wait()  # the queue finishes the runs of a key in the order they began
+            self.queue.done(result, released=bool(released))
+            end.set()
+            with self._ends_lock:
+                if self._ends.get(item) is end:
+                    del self._ends[item]
 
-    def _run(self, ctl: Controller, key: Key) -> tuple[str, bool, float | None]:
+    def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
+             end: threading.Event, released: list[bool]) -> tuple[str, bool, float | None]:
+        """One run of ``key``; ``before`` is set when the run before it has finished,
+        ``end`` is set by the caller when this one has; ``released`` gets True once this
+        run's writes are sent and the next run of the key may start."""
         state, kinds = self._synced_state(ctl)
         if state != "ready":
             raise CacheBehind(f"{ctl.name}: {state} {', '.join(kinds)}")
@@ -398,14 +456,29 @@ class Engine:
                     and self._parent_gone(ctl, key, parent):
                 return (f"{key}: a child was deleted and {ctl.parent.kind} {key} is gone or "
                         "going (asked the API server): nothing to restore"), False, None
-        before = fingerprint(parent) if parent is not None else ""
+        seen = fingerprint(parent) if parent is not None else ""
+
+        def settle() -> Obj | None:
+            if before is not None:
+                before.wait()
+            return store.get(key.namespace or None, key.name)
+
+        def dispatched() -> None:
+            if not released:
+                released.append(True)
+                self.queue.release(item)
+
+        pipeline = Pipeline(self.inflight[ctl.name], dispatched, settle,
+                            lambda: self._ends.get(item) is not end)
         result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
                      submit=self._pool.submit, terminating=self._terminating,
-                     seen_conflicts=self._conflicts)
+                     seen_conflicts=self._conflicts, pipeline=pipeline)
+        if before is not None:
+            before.wait()  # what the earlier runs saw is older than what this one saw
         after = store.get(key.namespace or None, key.name)
         if after is None:
             self._seen.pop((ctl.name, key), None)
         else:
-            self._seen[(ctl.name, key)] = _Seen(before, after.get("status"))
+            self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
         return f"{key}: {result.summary}", result.retry, result.requeue_after

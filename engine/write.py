@@ -4,6 +4,11 @@ A fan-out (one source copied into 1,000 namespaces) is 1,000 independent writes:
 through a bounded thread pool, so the run takes about as long as the slowest few writes
 instead of their sum, and the API server sees a bounded number of requests at once.
 
+Runs of one parent overlap (see ``engine/queue.py``: the next run starts once this one's
+writes are sent): :class:`InFlight` remembers each child's write until it ends, so a later
+run that wants the very same write waits for it instead of sending it again, and one that
+wants another write of that child sends it only after the first has ended.
+
 Each write's failure is the child's, not the run's: a refused write (403, 422, a field
 conflict) is recorded in the :class:`~eventop.engine.desired.Outcome` and the others go
 on. Only an unavailable API server fails the run (after the other writes finished), so
@@ -13,7 +18,10 @@ that it is retried.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eventop.engine.desired import Conflict, Note, Outcome, WriteError
@@ -38,14 +46,72 @@ class Writer(Protocol):
     def post_event(self, parent: Obj, note: Note) -> None: ...
 
 
+Slot = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A write in flight: which, and its future ((Outcome field, value))."""
+
+    verb: str
+    body: Obj | None
+    future: Future[Any]
+
+    def same(self, action: Action) -> bool:
+        """Is ``action`` this very write (a later run that computed the same thing)?"""
+        if self.verb != action.verb:
+            return False
+        if action.verb == "delete":
+            return (self.body or {}).get("metadata", {}).get("uid") == \
+                ((action.existing or {}).get("metadata") or {}).get("uid")
+        return self.body == action.desired
+
+
+class InFlight:
+    """The writes of one handler that are in flight, by child."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: dict[Slot, Sent] = {}
+
+    def snapshot(self) -> dict[Slot, Sent]:
+        """The writes in flight now. Taken before a run reads the cache: a write that ends
+        after that read has its result written through to the cache too late for the run,
+        so the run must learn of it from here."""
+        with self._lock:
+            return dict(self._sent)
+
+    def get(self, slot: Slot) -> Sent | None:
+        with self._lock:
+            return self._sent.get(slot)
+
+    def put(self, slot: Slot, sent: Sent) -> None:
+        with self._lock:
+            self._sent[slot] = sent
+        sent.future.add_done_callback(lambda _f: self._ended(slot, sent))
+
+    def _ended(self, slot: Slot, sent: Sent) -> None:
+        with self._lock:
+            if self._sent.get(slot) is sent:
+                del self._sent[slot]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sent)
+
+
 class StaleWrite(Exception):
     """A replace lost a race twice (the object keeps changing): the run is retried."""
 
 
 def execute(plan: Plan, writer: Writer, parent: Obj, *,
-            submit: Callable[..., Any] | None = None) -> Outcome:
-    """Make every write of ``plan`` for ``parent``; ``submit`` (an Executor's) runs them in
-    parallel."""
+            submit: Callable[..., Any] | None = None, inflight: InFlight | None = None,
+            prior: dict[Slot, Sent] | None = None,
+            dispatched: Callable[[], None] | None = None) -> Outcome:
+    """Make every write of ``plan`` for ``parent``; ``submit`` (an Executor's, first in
+    first out) runs them in parallel. With ``inflight`` (and ``prior``, its snapshot taken
+    before the plan was computed), a write an earlier run has in flight is not sent twice;
+    ``dispatched`` is called once every write is sent, before waiting for them."""
     if any(a.adopt for a in plan.actions) and not _still_alive(writer, parent):
         plan = Plan([a for a in plan.actions if not a.adopt], plan.unchanged, plan.conflicts,
                     plan.skipped + [a.existing for a in plan.actions
@@ -53,7 +119,13 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
     parent_uid = str(parent["metadata"]["uid"])
     outcome = Outcome(unchanged=list(plan.unchanged), conflicts=list(plan.conflicts),
                       skipped=list(plan.skipped))
-    if submit is not None and len(plan.actions) > 1:
+    if submit is not None and inflight is not None:
+        sent = [_send(a, writer, parent_uid, submit, inflight, prior or {})
+                for a in plan.actions]
+        if dispatched is not None:
+            dispatched()
+        results = [_borrowed(_wait(f)) if borrowed else _wait(f) for f, borrowed in sent]
+    elif submit is not None and len(plan.actions) > 1:
         futures = [submit(_one, a, writer, parent_uid) for a in plan.actions]
         results = [_wait(f) for f in futures]
     else:
@@ -87,6 +159,42 @@ def _still_alive(writer: Writer, parent: Obj) -> bool:
     fresh = writer.read(parent["apiVersion"], parent["kind"], meta["name"], meta.get("namespace"))
     return bool(fresh and fresh["metadata"].get("uid") == meta.get("uid")
                 and not fresh["metadata"].get("deletionTimestamp"))
+
+
+def _slot(action: Action) -> Slot:
+    body = action.desired or action.existing or {}
+    return (str(body.get("apiVersion")), action.kind, action.namespace, action.name)
+
+
+def _send(action: Action, writer: Writer, parent_uid: str, submit: Callable[..., Any],
+          inflight: InFlight, prior: dict[Slot, Sent]) -> tuple[Future[Any], bool]:
+    """Submit one write, unless an earlier run has this very write in flight (then its
+    future, borrowed). Another write of the same child waits for the earlier one first (the
+    pool is first in first out: the earlier write is running or ahead in the queue)."""
+    slot = _slot(action)
+    earlier = inflight.get(slot) or prior.get(slot)
+    if earlier is not None and earlier.same(action):
+        return earlier.future, True
+    before = earlier.future if earlier is not None else None
+    future = submit(_after, before, action, writer, parent_uid)
+    inflight.put(slot, Sent(action.verb, action.desired or action.existing, future))
+    return future, False
+
+
+def _after(before: Future[Any] | None, action: Action, writer: Writer,
+           parent_uid: str) -> tuple[str, Any]:
+    if before is not None:
+        _wait(before)
+    return _one(action, writer, parent_uid)
+
+
+def _borrowed(result: tuple[Any, BaseException | None]) -> tuple[Any, BaseException | None]:
+    """An earlier run's write, as this run counts it: what it created or updated is in
+    place (unchanged by this run); a refusal or a deletion counts as it was."""
+    value, exc = result
+    if exc is None and value[0] in ("created", "updated"):
+        return ("unchanged", value[1]), None
+    return value, exc
 
 
 def _wait(future: Any) -> tuple[Any, BaseException | None]:

@@ -47,8 +47,11 @@ class Informer(Sink):
     """One kind, listed and watched into a store."""
 
     def __init__(self, kube: Kube, spec: InformerSpec, settings: WatchSettings,
-                 stop: threading.Event, *, missing_retry: float = 10.0) -> None:
+                 stop: threading.Event, *, missing_retry: float = 10.0,
+                 on_change: Callable[[InformerSpec, str, Obj], None] | None = None) -> None:
         self.kube = kube
+        #: Called with each watched change once the store holds it (not for lists).
+        self.on_change = on_change
         self.spec = spec
         self.stop = stop
         self.missing_retry = missing_retry
@@ -177,6 +180,11 @@ class Informer(Sink):
         if rv:
             self.store.resource_version = str(rv)
         self._notify()
+        if self.on_change is not None:
+            try:
+                self.on_change(self.spec, change, obj)
+            except Exception:  # a listener's bug must not stop the cache
+                log.exception("%s: a listener failed on a %s event", self.spec, change)
         return True
 
     def bookmark(self, resource_version: str) -> None:
@@ -214,10 +222,23 @@ class Cache:
         self.stop_event = threading.Event()
         # The cache needs no periodic re-list: the watch keeps it current, a 410 re-lists.
         self.settings = settings or WatchSettings(resync_seconds=0)
+        self._listeners: list[Callable[[InformerSpec, str, Obj], None]] = []
         self.informers = {(s.api_version, s.kind): Informer(kube, s, self.settings,
                                                             self.stop_event,
-                                                            missing_retry=missing_retry)
+                                                            missing_retry=missing_retry,
+                                                            on_change=self._changed)
                           for s in specs}
+
+    def listen(self, fn: Callable[[InformerSpec, str, Obj], None]) -> None:
+        """Call ``fn(spec, change, obj)`` for every change a watch brings (``add``,
+        ``update``, ``delete``), on the informer's thread, after its store holds it.
+        Changes found by a (re)list are not announced: whoever listens runs everything
+        once the cache has synced, as a controller does at start."""
+        self._listeners.append(fn)
+
+    def _changed(self, spec: InformerSpec, change: str, obj: Obj) -> None:
+        for fn in self._listeners:
+            fn(spec, change, obj)
 
     def start(self) -> Cache:
         for informer in self.informers.values():

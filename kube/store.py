@@ -20,6 +20,8 @@ and otherwise decline to decide (the caller then falls back to waiting for the w
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +29,8 @@ from eventop.kube.objects import selector_matches
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
+MAX_REMOVED = 10_000  # deletions whose time is remembered
+HISTORY = 4  # versions per object whose time is remembered
 
 
 def rv_int(rv: Any) -> int | None:
@@ -81,6 +85,11 @@ class Store:
         self._by_name: dict[str, set[str]] = {}
         self._by_owner: dict[str, set[Key]] = {}
         self._gone: dict[str, int] = {}  # uid -> resourceVersion of a delete we made
+        #: When the store learned each object's last few versions (resourceVersion, time),
+        #: and of recent deletions (uid -> time, bounded): what "a run that started after
+        #: this change" means.
+        self._learned: dict[Key, list[tuple[int | None, float]]] = {}
+        self._removed: OrderedDict[str, float] = OrderedDict()
         #: The resourceVersion the store reflects: of its last list, event or bookmark.
         self.resource_version = ""
 
@@ -120,6 +129,25 @@ class Store:
                      if selector_matches(selector, (o.get("metadata") or {}).get("labels"))]
         found.sort(key=key_of)
         return found
+
+    def learned_at(self, obj: Obj, resource_version: str | None = None, *,
+                   deleted: bool = False) -> float | None:
+        """When (:func:`time.monotonic`) the store first held ``obj`` at ``resource_version``
+        or later (default: the version it holds), or learned of its deletion. None if it
+        holds no such version of that object (another uid, or never seen)."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        with self._lock:
+            if deleted:
+                return self._removed.get(str(uid)) if uid else None
+            key = key_of(obj)
+            held = self._objects.get(key)
+            history = self._learned.get(key)
+            if held is None or not history or (uid is not None and _uid(held) != uid):
+                return None
+            want = rv_int(resource_version) if resource_version else None
+            if want is None:
+                return history[-1][1]
+            return next((at for rv, at in history if rv is not None and rv >= want), None)
 
     def items(self) -> list[Obj]:
         with self._lock:
@@ -168,6 +196,7 @@ class Store:
                 self._drop(key, current)
             if uid:
                 self._gone.pop(str(uid), None)
+                self._note_removed(str(uid))
 
     def forget_deleted(self, obj: Obj) -> None:
         """Our own delete of ``obj`` succeeded: drop it now and ignore watch events of that
@@ -179,6 +208,7 @@ class Store:
                 self._drop(key, current)
             if rv is not None:
                 self._gone[uid] = rv
+            self._note_removed(uid)
 
     def replace_all(self, objs: Iterable[Obj], resource_version: str) -> None:
         """The result of a (re)list: exactly these objects, at this resourceVersion."""
@@ -198,10 +228,14 @@ class Store:
     def _put(self, obj: Obj) -> None:
         key = key_of(obj)
         previous = self._objects.get(key)
+        history = self._learned.get(key) if previous is not None \
+            and _uid(previous) == _uid(obj) else None
         if previous is not None:
             self._drop(key, previous)
         ns, name = key
         self._objects[key] = obj
+        entry = (rv_int(_rv(obj)), time.monotonic())
+        self._learned[key] = [*history[-(HISTORY - 1):], entry] if history else [entry]
         self._by_namespace.setdefault(ns, {})[name] = obj
         self._by_name.setdefault(name, set()).add(ns)
         owner = controller_uid(obj)
@@ -211,6 +245,7 @@ class Store:
     def _drop(self, key: Key, obj: Obj) -> None:
         ns, name = key
         del self._objects[key]
+        self._learned.pop(key, None)
         _discard(self._by_namespace, ns, name)
         names = self._by_name.get(name)
         if names is not None:
@@ -224,6 +259,13 @@ class Store:
                 keys.discard(key)
                 if not keys:
                     del self._by_owner[owner]
+
+
+    def _note_removed(self, uid: str) -> None:
+        self._removed[uid] = time.monotonic()
+        self._removed.move_to_end(uid)
+        while len(self._removed) > MAX_REMOVED:
+            self._removed.popitem(last=False)
 
 
 def _discard(index: dict[str, dict[str, Obj]], outer: str, inner: str) -> None:

@@ -62,15 +62,19 @@ class EngineSettings:
     answer_wait: float = 45.0
     #: Runs of one parent at once: one computing, the others' writes in flight.
     pipeline_depth: int = 4
-    #: Start runs from the cache's own watch events too, not only from the watcher's.
+    #: Start runs from the cache's own watch events too, not only from the watcher's events
+    #: (which still guarantee every change is acted upon). Off for several replicas: each
+    #: replica's watch would start every run (see docs/ENGINE.md section 10).
     run_on_watch: bool = True
 
     @classmethod
     def from_env(cls) -> EngineSettings:
-        """``EVENTOP_CACHE_WAIT_SECONDS`` and ``EVENTOP_ANSWER_WAIT_SECONDS``; ValueError
-        saying which and what is accepted for a value that is not a positive number."""
+        """``EVENTOP_CACHE_WAIT_SECONDS``, ``EVENTOP_ANSWER_WAIT_SECONDS`` and
+        ``EVENTOP_RUN_ON_WATCH``; ValueError saying which and what is accepted for a value
+        that is not."""
         return cls(cache_wait=_seconds("EVENTOP_CACHE_WAIT_SECONDS", cls.cache_wait),
-                   answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait))
+                   answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait),
+                   run_on_watch=_switch("EVENTOP_RUN_ON_WATCH", cls.run_on_watch))
 
 
 def _seconds(name: str, default: float) -> float:
@@ -84,6 +88,17 @@ def _seconds(name: str, default: float) -> float:
     if not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
     return value
+
+
+def _switch(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, not {raw!r}")
 
 
 @dataclass

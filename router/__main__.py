@@ -52,6 +52,10 @@ environment (besides the variables of the options above):
                             with its change before it is answered 503 (default 10)
   EVENTOP_ANSWER_WAIT_SECONDS  how long an event waits for the runs it asked for before it
                             is answered 503, the runs going on (default 45)
+  EVENTOP_RUN_ON_WATCH      true (default): a change the router's own cache sees starts its
+                            runs at once, the watcher's event finding them under way or
+                            done; false: only events start runs. Set false when several
+                            router replicas run (each would run every change)
   PROMETHEUS_MULTIPROC_DIR  directory for per-worker metric files; its *.db files are
                             removed at start. When unset, a fresh temporary directory is
                             created and removed on exit.

@@ -4,6 +4,7 @@ real list+watch), its queue, and what each event costs."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,35 @@ def engine(local_kube: Any, kube: Any, counting: Counting) -> Iterator[Engine]:
     assert eng.started.wait(20) and wait_until(eng.queue.idle, 20)  # first runs done
     yield eng
     eng.stop()
+
+
+def test_a_change_the_routers_watch_sees_starts_its_run_before_any_event(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    local_kube.put(cm("w", {"v": "1"}))
+    assert wait_until(lambda: local_kube.get("v1", "Secret", "w-copy", NS) is not None, 20)
+    assert counting.runs == ["w"]
+    # the watcher's event about it comes later: that run saw the change, no second one
+    ticket = submit(engine, "add", local_kube.get("v1", "ConfigMap", "w", NS))
+    assert ticket.wait(20) and ticket.results[("counting", Key(NS, "w"))].ok
+    assert counting.runs == ["w"]
+
+
+def test_without_runs_from_the_watch_only_events_start_runs(
+        local_kube: Any, kube: Any, counting: Counting) -> None:
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([counting.ctl], kube, settings=EngineSettings(workers=1, run_on_watch=False))
+    eng.start()
+    try:
+        assert wait_until(lambda: eng.readiness()[0], 20) and eng.started.wait(20)
+        obj = local_kube.put(cm("quiet", {"v": "1"}))
+        informer = eng.cache.informer("v1", "ConfigMap")
+        assert informer is not None and wait_until(lambda: informer.holds(obj), 10)
+        time.sleep(0.3)
+        assert counting.runs == []
+        assert eng.submit(Event.for_object("add", obj))[0].wait(20)
+        assert counting.runs == ["quiet"]
+    finally:
+        eng.stop()
 
 
 def submit(engine: Engine, change: str, obj: Obj) -> Ticket:
@@ -229,6 +259,56 @@ def test_queue_merges_requests_for_a_queued_key_and_runs_a_dirty_key_once_more()
     assert all(t.wait(0) for t in tickets)
     assert tickets[4].results["k"].detail == "second"
     assert queue.get(0) is None
+
+
+def test_queue_starts_the_next_run_of_a_key_once_the_running_one_has_sent_its_writes() -> None:
+    queue = WorkQueue(depth=2)
+    first, second, third = Ticket(), Ticket(), Ticket()
+    queue.add("k", first)
+    assert queue.get(0) == "k"
+    queue.add("k", second)  # while computing: dirty, not handed out
+    assert queue.get(0) is None
+    queue.release("k")  # its writes are sent: the next run may start
+    assert queue.get(0) == "k"
+    queue.release("k")
+    queue.add("k", third)  # two runs under way, the depth: waits for one to end
+    assert queue.get(0) is None
+    queue.done(Result("k", True, "first"), released=True)
+    assert first.seal().wait(0) and not second.seal().wait(0)
+    assert first.results["k"].detail == "first"
+    assert queue.get(0) == "k"  # the third run, now that one ended
+    queue.done(Result("k", True, "second"), released=True)
+    queue.done(Result("k", True, "third"))
+    assert second.results["k"].detail == "second" and third.seal().wait(0)
+
+
+def test_queue_gives_an_event_a_run_that_started_after_its_change_was_cached() -> None:
+    queue = WorkQueue()
+    queue.add("k")  # the router's own watch saw the change at t=cached
+    cached = time.monotonic()
+    assert queue.get(0) == "k"
+    late = Ticket()
+    queue.add("k", late, since=cached)  # the watcher's event about it, arriving now
+    queue.done(Result("k", True, "watch-started"))
+    assert late.seal().wait(0) and late.results["k"].detail == "watch-started"
+    assert queue.get(0) is None  # no second run
+    again = Ticket()
+    queue.add("k", again, since=cached)  # redelivered: the finished run saw it too
+    assert again.seal().wait(0) and queue.get(0) is None
+    newer = Ticket()
+    queue.add("k", newer, since=time.monotonic())  # a change after that run began: a run
+    assert queue.get(0) == "k"
+
+
+def test_queue_does_not_answer_an_event_with_a_failed_run() -> None:
+    queue = WorkQueue()
+    cached = time.monotonic()
+    queue.add("k")
+    assert queue.get(0) == "k"
+    queue.done(Result("k", False, "failed"))
+    retry = Ticket()
+    queue.add("k", retry, since=cached)
+    assert not retry.seal().wait(0) and queue.get(0) == "k"  # a new run, not the failure
 
 
 def test_queue_backs_off_a_failing_key_alone() -> None:

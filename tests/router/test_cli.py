@@ -119,6 +119,10 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
      "KUBECONFIG: no such file /nonexistent/config"),
     ({"EVENTOP_MAX_BODY_BYTES": "lots"}, [],
      "EVENTOP_MAX_BODY_BYTES must be a number of bytes, not 'lots'"),
+    ({"EVENTOP_CACHE_WAIT_SECONDS": "-1"}, [],
+     "EVENTOP_CACHE_WAIT_SECONDS must be a positive number of seconds, not '-1'"),
+    ({"EVENTOP_RUN_ON_WATCH": "maybe"}, [], "EVENTOP_RUN_ON_WATCH must be true or false, "
+                                            "not 'maybe'"),
 ])
 def test_configuration_mistakes_are_one_line_and_exit_status_2(
         env: dict[str, str], args: list[str], said: str) -> None:

@@ -64,6 +64,27 @@ class Echoes:
         return False
 
 
+class Remembered:
+    """A bounded set (oldest forgotten first), thread-safe: what happened, asked about once."""
+
+    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[Any, None] = OrderedDict()
+        self.limit = limit
+
+    def mark(self, item: Any) -> None:
+        with self._lock:
+            self._items[item] = None
+            self._items.move_to_end(item)
+            while len(self._items) > self.limit:
+                self._items.popitem(last=False)
+
+    def forget(self, item: Any) -> bool:
+        """Was ``item`` marked? It is forgotten either way."""
+        with self._lock:
+            return self._items.pop(item, False) is None
+
+
 class KubeWriter:
     """:class:`~eventop.engine.write.Writer` over the API server for one handler.
 

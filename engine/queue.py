@@ -16,8 +16,9 @@
 A :class:`Ticket` is what an event waits on: it is done once, for each of its keys, a run
 that *started after the change it reports was in the cache* has finished (``since``, the
 cache's own time for it; without one, after the ticket was added). A run that began before
-may have read the world without the change, so it does not count; a run that began after,
-even one started by the router's own watch before the event arrived, does.
+may have read the world without the change, so it does not count; a run under way that
+began after, even one started by the router's own watch before the event arrived, does,
+and so does a finished one the watch started for that very change (see ``add``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from eventop.kube.backoff import Backoff
 
 Item = Hashable
-MAX_SUCCEEDED = 10_000  # keys whose last successful run is remembered
+MAX_REMEMBERED = 10_000  # keys whose last successful run is remembered
 
 
 @dataclass
@@ -119,10 +120,9 @@ class WorkQueue:
         self.backoff = backoff or Backoff(0.5, 300.0)
         #: Runs of one key at once (one computing, the others' writes in flight).
         self.depth = max(1, depth)
-        #: Per key, the start and result of its last successful run (bounded, oldest
-        #: forgotten first): an event whose change a finished run already saw is answered
-        #: with that run's result.
+        #: Per key, the start and result of its last successful run (bounded, oldest first).
         self._succeeded: OrderedDict[Item, tuple[float, Result]] = OrderedDict()
+
         self._cond = threading.Condition()
         self._ready: deque[Item] = deque()
         self._states: dict[Item, _State] = {}
@@ -142,13 +142,18 @@ class WorkQueue:
             return not self._ready and not self._delayed and not any(
                 s.running or s.queued for s in self._states.values())
 
-    def add(self, item: Item, ticket: Ticket | None = None, since: float | None = None) -> None:
+    def add(self, item: Item, ticket: Ticket | None = None, since: float | None = None, *,
+            finished: bool = False) -> None:
         """Request a run of ``item``. ``ticket`` completes after a run that started at or
         after ``since`` (a :func:`time.monotonic` time; default: from now) has finished: a
-        run under way or finished that qualifies is used, else the next one."""
+        run under way that qualifies is used, else the next one. ``finished``: a successful
+        run that qualifies and has finished is used too (the event of a change the router's
+        own watch already acted on; a resync or a redelivery gets a run of its own, for
+        handlers that read the world outside the cache: a rates provider, the time)."""
         with self._cond:
             self.added += 1
-            if ticket is not None and since is not None and self._join(item, ticket, since):
+            if ticket is not None and since is not None \
+                    and self._join(item, ticket, since, finished):
                 self.merged += 1
                 return
             state = self._states.setdefault(item, _State())
@@ -163,9 +168,9 @@ class WorkQueue:
             else:
                 self._enqueue(item, state)
 
-    def _join(self, item: Item, ticket: Ticket, since: float) -> bool:
-        """Give ``ticket`` to a run of ``item`` under way, or finished successfully, that
-        started at or after ``since``."""
+    def _join(self, item: Item, ticket: Ticket, since: float, finished: bool) -> bool:
+        """Give ``ticket`` to a run of ``item`` under way that started at or after ``since``;
+        if ``finished``, also to the last successful one."""
         state = self._states.get(item) or _State()
         runs = [*state.completing, *([state.computing] if state.computing else [])]
         for run in reversed(runs):
@@ -173,7 +178,7 @@ class WorkQueue:
                 ticket._expect(item)
                 run.tickets.append(ticket)
                 return True
-        last = self._succeeded.get(item)
+        last = self._succeeded.get(item) if finished else None
         if last is not None and last[0] >= since:
             ticket._expect(item)
             ticket._finish(last[1])
@@ -260,7 +265,7 @@ class WorkQueue:
             if result.ok:
                 self._succeeded[result.item] = (run.started, result)
                 self._succeeded.move_to_end(result.item)
-                while len(self._succeeded) > MAX_SUCCEEDED:
+                while len(self._succeeded) > MAX_REMEMBERED:
                     self._succeeded.popitem(last=False)
             self._again(result.item, state)
             if not state.running and not state.queued and state.failures == 0 \

@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from eventop.engine.apiserver import Echoes, KubeWriter
+from eventop.engine.apiserver import Echoes, KubeWriter, Remembered
 from eventop.engine.controller import Controller
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
@@ -133,6 +133,8 @@ class Engine:
         self.queue = WorkQueue(depth=self.settings.pipeline_depth)
         self.echoes = {name: Echoes() for name in self.controllers}
         self.inflight = {name: InFlight() for name in self.controllers}
+        #: Changes (handler, uid, resourceVersion, change) the router's watch started runs for.
+        self._acted = Remembered()
         #: Per key, the end of its latest run (runs of a key finish in the order they began).
         self._ends: dict[Item, threading.Event] = {}
         self._ends_lock = threading.Lock()
@@ -280,9 +282,12 @@ class Engine:
         for ctl in ready:
             # A delete seen by the cache's own watch was verified there (_on_watch).
             verify = not (self.settings.run_on_watch and since is not None)
+            # The first event of a change the watch acted on may take that run's result;
+            # its resync or redelivery gets a run of its own.
+            acted = self._acted.forget((ctl.name, uid, rv, event.change))
             for key in self._keys(ctl, kind, event.change or "", subject, uid, rv, notes,
                                   consume=True, verify=verify):
-                self._add(ctl, key, ticket, since)
+                self._add(ctl, key, ticket, since, finished=acted)
 
     def _keys(self, ctl: Controller, kind: tuple[str, str], change: str, subject: Obj,
               uid: str | None, rv: str | None, notes: dict[str, str], *, consume: bool,
@@ -319,8 +324,10 @@ class Engine:
             if not any(k.key == kind for k in ctl.event_kinds()) \
                     or self._state(ctl)[0] != "ready" or self.writers[ctl.name].writing(obj):
                 continue  # (a write of it under way: maybe its echo, left to the event)
-            for key in self._keys(ctl, kind, change, obj, uid, rv, {}, consume=False,
-                                  verify=True):
+            keys = self._keys(ctl, kind, change, obj, uid, rv, {}, consume=False, verify=True)
+            if keys:
+                self._acted.mark((ctl.name, uid, rv, change))
+            for key in keys:
                 self._add(ctl, key, None)
 
     def _caught_up(self, event: Event, kind: tuple[str, str]) -> tuple[Obj, float | None]:
@@ -395,9 +402,9 @@ class Engine:
                 and seen.fingerprint == fingerprint(parent))
 
     def _add(self, ctl: Controller, key: Key, ticket: Ticket | None,
-             since: float | None = None) -> None:
+             since: float | None = None, *, finished: bool = False) -> None:
         before = self.queue.merged
-        self.queue.add((ctl.name, key), ticket, since)
+        self.queue.add((ctl.name, key), ticket, since, finished=finished)
         REQUESTS.labels(ctl.name, "merged" if self.queue.merged > before else "queued").inc()
 
     # -- runs ------------------------------------------------------------------------

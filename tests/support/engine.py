@@ -23,10 +23,13 @@ def start_engine(kube: Any, registry: Registry) -> Engine:
 
     Without the second wait, the start-up thread, which looks every 0.2 s, could still find
     parents a test created after readiness and run them outside any event: a run no test
-    waits for, racing with the ones it does.
+    waits for, racing with the ones it does. For the same reason runs start from events
+    only (``run_on_watch=False``): these tests say what each event does; the router's runs
+    from its own watch are tested in ``tests/engine`` and run in every process pipeline.
     """
     engine = Engine(registry.controllers, kube,
-                    settings=EngineSettings(workers=4, write_concurrency=8)).start()
+                    settings=EngineSettings(workers=4, write_concurrency=8,
+                                            run_on_watch=False)).start()
     if not wait_until(lambda: engine.readiness()[0] and not _starting(), 20):
         engine.stop()
         raise AssertionError(f"engine not ready: {engine.readiness()[1]}")

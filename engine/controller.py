@@ -65,14 +65,20 @@ class Controller:
       object this parent does not own (False when the handler reports conflicts itself);
     * ``degraded_condition``: the type of a condition the parent's status holds True while
       something is wrong (``"Degraded"``); an invalid spec (:class:`SpecError`) sets it True
-      with the same reason and message as ``Ready=False``.
+      with the same reason and message as ``Ready=False``;
+    * ``overlap``: the next run of a parent may start once this one's writes are sent,
+      before they are answered (one slow write then holds back no other child; see
+      docs/ENGINE.md section 6). Only for a function that reads nothing but the cache and
+      its parent: the next run does not see the writes still in flight (they are not sent
+      twice), so a function that calls out (a provider) would call again.
     """
 
     def __init__(self, name: str | None = None, *, parent: KindSpec,
                  owns: Iterable[KindSpec] = (), reads: Iterable[KindSpec] = (),
                  field_manager: str | None = None, finalizer: str | None = None,
                  registry: Registry | None = None, conflict_events: bool = True,
-                 degraded_condition: str | None = None, module: str | None = None) -> None:
+                 degraded_condition: str | None = None, overlap: bool = False,
+                 module: str | None = None) -> None:
         from eventop.handlers.registry import field_manager_for
 
         self.module = module or _caller_module()
@@ -84,6 +90,7 @@ class Controller:
         self._finalizer = finalizer
         self.conflict_events = conflict_events
         self.degraded_condition = degraded_condition
+        self.overlap = overlap
         self.reconcile_fn: ReconcileFn | None = None
         self.finalize_fn: ReconcileFn | None = None
         self.adopt_fn: AdoptFn | None = None

@@ -494,7 +494,8 @@ class Engine:
                             lambda: self._ends.get(item) is not end)
         result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
                      submit=self._pool.submit, terminating=self._terminating,
-                     seen_conflicts=self._conflicts, pipeline=pipeline)
+                     seen_conflicts=self._conflicts,
+                     pipeline=pipeline if ctl.overlap else None)
         if before is not None:
             before.wait()  # what the earlier runs saw is older than what this one saw
         after = store.get(key.namespace or None, key.name)

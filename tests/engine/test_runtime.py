@@ -359,3 +359,48 @@ def test_key_of_an_owned_child_is_its_controllers() -> None:
                   "controller": True}]}}
     reads: Any = None  # owner mapping reads nothing
     assert counting.ctl.keys_for(child, reads, parent_namespaced=True) == {Key(NS, "x")}
+
+
+def test_runs_of_a_parent_that_may_overlap_do_not_wait_for_a_slow_write_nor_repeat_it(
+        local_kube: Any, kube: Any) -> None:
+    ctl = Controller("fanout", parent="v1/ConfigMap", owns=["v1/Secret"], overlap=True,
+                     registry=Registry(), module="tests.engine")
+
+    @ctl.reconcile
+    def secrets(parent: Obj, reads: Any) -> Desired:
+        name = parent["metadata"]["name"]
+        return Desired([{"apiVersion": "v1", "kind": "Secret",
+                         "metadata": {"name": f"{name}-{k}", "namespace": NS},
+                         "stringData": {"v": v}}
+                        for k, v in (parent.get("data") or {}).items()], status=None)
+
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=2, run_on_watch=False)).start()
+    writer = eng.writers["fanout"]
+    slow, sent = threading.Event(), threading.Event()
+    creates: list[str] = []
+    create = writer.create
+
+    def slow_create(obj: Obj) -> Obj:
+        creates.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == "src-a":
+            sent.set()
+            assert slow.wait(20)
+        return create(obj)
+
+    writer.create = slow_create  # type: ignore[method-assign]
+    try:
+        assert wait_until(lambda: eng.readiness()[0], 20) and eng.started.wait(20)
+        first = submit(eng, "add", local_kube.put(cm("src", {"a": "1"})))
+        assert sent.wait(10)  # the first run's write of src-a hangs
+        second = submit(eng, "update", local_kube.put(cm("src", {"a": "1", "b": "2"})))
+        assert wait_until(lambda: local_kube.get("v1", "Secret", "src-b", NS) is not None, 10)
+        assert not first.wait(0) and not second.wait(0)  # both wait for src-a
+        slow.set()
+        assert first.wait(20) and second.wait(20)
+        # src-a sent once, by the first run (kube-root-ca.crt is a parent here too)
+        assert sorted(c for c in creates if c.startswith("src-")) == ["src-a", "src-b"]
+        assert local_kube.get("v1", "Secret", "src-a", NS) is not None
+    finally:
+        slow.set()
+        eng.stop()

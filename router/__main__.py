@@ -52,10 +52,11 @@ environment (besides the variables of the options above):
                             with its change before it is answered 503 (default 10)
   EVENTOP_ANSWER_WAIT_SECONDS  how long an event waits for the runs it asked for before it
                             is answered 503, the runs going on (default 45)
-  EVENTOP_RUN_ON_WATCH      true (default): a change the router's own cache sees starts its
-                            runs at once, the watcher's event finding them under way or
-                            done; false: only events start runs. Set false when several
-                            router replicas run (each would run every change)
+  EVENTOP_RUN_ON_WATCH      true (default with one worker): a change the router's own cache
+                            sees starts its runs at once, the watcher's event finding them
+                            under way or done; false (default with several workers): only
+                            events start runs. Set false when several router replicas
+                            run (each would run every change)
   PROMETHEUS_MULTIPROC_DIR  directory for per-worker metric files; its *.db files are
                             removed at start. When unset, a fresh temporary directory is
                             created and removed on exit.
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     # (cheaper per event than a file per metric); several share them through files.
     if args.workers > 1:
         owned = prepare_metrics_dir()
+        # Each worker has its own cache and watch: runs started from the watch would run
+        # in every worker. Only events (each sent to one worker) start runs then.
+        if not os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip():
+            os.environ["EVENTOP_RUN_ON_WATCH"] = "false"
     else:
         owned = None
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)

@@ -316,3 +316,19 @@ def test_a_port_in_use_is_one_line_not_five_attempts() -> None:
     assert proc.returncode == 1
     assert proc.stderr == (f"python -m eventop.router: error: port {port} on 127.0.0.1 is in "
                            "use (another router?): choose another --port or PORT\n")
+
+
+@pytest.mark.parametrize(("workers", "given", "run_on_watch"), [
+    ("1", None, None), ("2", None, "false"), ("2", "true", "true")])
+def test_several_workers_leave_runs_to_the_events_unless_told_otherwise(
+        monkeypatch: pytest.MonkeyPatch, workers: str, given: str | None,
+        run_on_watch: str | None) -> None:
+    """Each worker has its own cache and watch: runs started from the watch would run in
+    every worker."""
+    monkeypatch.setattr("eventop.router.server.serve", lambda options: None)
+    _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
+    _unset_but_restored(monkeypatch, "EVENTOP_RUN_ON_WATCH")
+    if given is not None:
+        monkeypatch.setenv("EVENTOP_RUN_ON_WATCH", given)
+    assert cli.main(["--workers", workers]) == 0
+    assert os.environ.get("EVENTOP_RUN_ON_WATCH") == run_on_watch

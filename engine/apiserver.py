@@ -29,41 +29,6 @@ Obj = dict[str, Any]
 MAX_REMEMBERED = 50_000  # echoes per handler; the oldest are forgotten first
 
 
-class Echoes:
-    """(uid, resourceVersion) of one handler's own writes, bounded."""
-
-    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
-        self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self.limit = limit
-        self.dropped = 0  # echoes recognised (for /metrics and tests)
-
-    def mark(self, obj: Obj | None, deleted: bool = False) -> None:
-        meta = (obj or {}).get("metadata") or {}
-        if not meta.get("uid"):
-            return
-        key = (str(meta["uid"]), "deleted" if deleted else str(meta.get("resourceVersion")))
-        with self._lock:
-            self._seen[key] = None
-            while len(self._seen) > self.limit:
-                self._seen.popitem(last=False)
-
-    def is_echo(self, uid: str | None, resource_version: str | None, change: str, *,
-                consume: bool = True) -> bool:
-        """Is this change the event of our own write? (Forgotten once recognised, if
-        ``consume``: the router's own watch sees it first and leaves it for the event.)"""
-        if not uid:
-            return False
-        key = (uid, "deleted" if change == "delete" else str(resource_version))
-        with self._lock:
-            if key in self._seen:
-                if consume:
-                    del self._seen[key]
-                    self.dropped += 1
-                return True
-        return False
-
-
 class Remembered:
     """A bounded set (oldest forgotten first), thread-safe: what happened, asked about once."""
 
@@ -83,6 +48,38 @@ class Remembered:
         """Was ``item`` marked? It is forgotten either way."""
         with self._lock:
             return self._items.pop(item, False) is None
+
+    def __contains__(self, item: Any) -> bool:
+        with self._lock:
+            return item in self._items
+
+
+class Echoes:
+    """(uid, resourceVersion) of one handler's own writes, bounded."""
+
+    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
+        self._writes = Remembered(limit)
+        self.dropped = 0  # echoes recognised (for /metrics and tests)
+
+    def mark(self, obj: Obj | None, deleted: bool = False) -> None:
+        meta = (obj or {}).get("metadata") or {}
+        if meta.get("uid"):
+            self._writes.mark((str(meta["uid"]), "deleted" if deleted
+                               else str(meta.get("resourceVersion"))))
+
+    def is_echo(self, uid: str | None, resource_version: str | None, change: str, *,
+                consume: bool = True) -> bool:
+        """Is this change the event of our own write? (Forgotten once recognised, if
+        ``consume``: the router's own watch sees it first and leaves it for the event.)"""
+        if not uid:
+            return False
+        key = (uid, "deleted" if change == "delete" else str(resource_version))
+        if not consume:
+            return key in self._writes
+        if self._writes.forget(key):
+            self.dropped += 1
+            return True
+        return False
 
 
 class KubeWriter:

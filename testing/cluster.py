@@ -125,6 +125,10 @@ class LocalCluster(Cluster):
         from eventop.localkube import LocalKube
 
         self._owned = local is None
+        # As a real cluster's garbage collector does, objects whose owner is gone are
+        # collected: a run that read its parent just before the parent's deletion may
+        # still write a child, and a test must not depend on which came first.
+        options = {"gc_dangling": True, **options}
         self.local = LocalKube(crd_dir=None, **options) if local is None else local
         self.url = self.local.start() if local is None else self.local.url
         try:

@@ -101,8 +101,12 @@ class Stack:
         doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{self.api_proxy.port}"
         self.proxied_kubeconfig = log_dir / "kubeconfig-via-proxy"
         self.proxied_kubeconfig.write_text(yaml.safe_dump(doc))
+        # Runs from events only: the faults are the watcher's (its connections go through
+        # the proxy), and what is measured is that its events alone lose no change. With
+        # the router's default, its own watch (not proxied) would converge without them.
         self.router = RouterProcess({"KUBECONFIG": cluster.kubeconfig, "RATES_API_URL": rates_url,
-                                     "EVENTOP_LOG_LEVEL": "WARNING", **QUIET},
+                                     "EVENTOP_LOG_LEVEL": "WARNING",
+                                     "EVENTOP_RUN_ON_WATCH": "false", **QUIET},
                                     log_dir=str(log_dir))
         self.sink = SinkProxy(self.router.url)
         self.watcher: WatcherProcess | None = None

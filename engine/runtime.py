@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from argparse import ArgumentTypeError
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from eventop.cli import boolean
 from eventop.engine.apiserver import Echoes, KubeWriter, Remembered
 from eventop.engine.controller import Controller
 from eventop.engine.kinds import Key, merge_kinds
@@ -94,11 +96,10 @@ def _switch(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
-    if raw in ("true", "1", "yes", "on"):
-        return True
-    if raw in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, not {raw!r}")
+    try:
+        return boolean(raw)
+    except ArgumentTypeError:
+        raise ValueError(f"{name} must be true or false, not {raw!r}") from None
 
 
 @dataclass
@@ -279,9 +280,9 @@ class Engine:
             return
         subject, since = self._caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
+        # A delete seen by the cache's own watch was verified there (_on_watch).
+        verify = not (self.settings.run_on_watch and since is not None)
         for ctl in ready:
-            # A delete seen by the cache's own watch was verified there (_on_watch).
-            verify = not (self.settings.run_on_watch and since is not None)
             # The first event of a change the watch acted on may take that run's result;
             # its resync or redelivery gets a run of its own.
             acted = self._acted.forget((ctl.name, uid, rv, event.change))

@@ -15,7 +15,7 @@ handler (or a change made meanwhile, which has another version) still sees it.
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,48 +24,24 @@ from eventop.engine.desired import Note
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache
+from eventop.kube.recent import Recent
 
 Obj = dict[str, Any]
 MAX_REMEMBERED = 50_000  # echoes per handler; the oldest are forgotten first
-
-
-class Remembered:
-    """A bounded set (oldest forgotten first), thread-safe: what happened, asked about once."""
-
-    def __init__(self, limit: int = MAX_REMEMBERED) -> None:
-        self._lock = threading.Lock()
-        self._items: OrderedDict[Any, None] = OrderedDict()
-        self.limit = limit
-
-    def mark(self, item: Any) -> None:
-        with self._lock:
-            self._items[item] = None
-            self._items.move_to_end(item)
-            while len(self._items) > self.limit:
-                self._items.popitem(last=False)
-
-    def forget(self, item: Any) -> bool:
-        """Was ``item`` marked? It is forgotten either way."""
-        with self._lock:
-            return self._items.pop(item, False) is None
-
-    def __contains__(self, item: Any) -> bool:
-        with self._lock:
-            return item in self._items
 
 
 class Echoes:
     """(uid, resourceVersion) of one handler's own writes, bounded."""
 
     def __init__(self, limit: int = MAX_REMEMBERED) -> None:
-        self._writes = Remembered(limit)
+        self._writes: Recent[tuple[str, str], bool] = Recent(limit)
         self.dropped = 0  # echoes recognised (for /metrics and tests)
 
     def mark(self, obj: Obj | None, deleted: bool = False) -> None:
         meta = (obj or {}).get("metadata") or {}
         if meta.get("uid"):
-            self._writes.mark((str(meta["uid"]), "deleted" if deleted
-                               else str(meta.get("resourceVersion"))))
+            self._writes.put((str(meta["uid"]), "deleted" if deleted
+                              else str(meta.get("resourceVersion"))), True)
 
     def is_echo(self, uid: str | None, resource_version: str | None, change: str, *,
                 consume: bool = True) -> bool:
@@ -76,7 +52,7 @@ class Echoes:
         key = (uid, "deleted" if change == "delete" else str(resource_version))
         if not consume:
             return key in self._writes
-        if self._writes.forget(key):
+        if self._writes.pop(key, False):
             self.dropped += 1
             return True
         return False

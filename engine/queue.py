@@ -27,11 +27,12 @@ import heapq
 import itertools
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from eventop.kube.backoff import Backoff
+from eventop.kube.recent import Recent
 
 Item = Hashable
 MAX_REMEMBERED = 10_000  # keys whose last successful run is remembered
@@ -121,7 +122,7 @@ class WorkQueue:
         #: Runs of one key at once (one computing, the others' writes in flight).
         self.depth = max(1, depth)
         #: Per key, the start and result of its last successful run (bounded, oldest first).
-        self._succeeded: OrderedDict[Item, tuple[float, Result]] = OrderedDict()
+        self._succeeded: Recent[Item, tuple[float, Result]] = Recent(MAX_REMEMBERED)
 
         self._cond = threading.Condition()
         self._ready: deque[Item] = deque()
@@ -263,10 +264,7 @@ class WorkQueue:
                 assert state.computing is not None, f"{result.item!r} is not computing"
                 run, state.computing = state.computing, None
             if result.ok:
-                self._succeeded[result.item] = (run.started, result)
-                self._succeeded.move_to_end(result.item)
-                while len(self._succeeded) > MAX_REMEMBERED:
-                    self._succeeded.popitem(last=False)
+                self._succeeded.put(result.item, (run.started, result))
             self._again(result.item, state)
             if not state.running and not state.queued and state.failures == 0 \
                     and not self._is_delayed(result.item):

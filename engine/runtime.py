@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from eventop.cli import boolean
-from eventop.engine.apiserver import Echoes, KubeWriter, Remembered
+from eventop.engine.apiserver import MAX_REMEMBERED, Echoes, KubeWriter
 from eventop.engine.controller import Controller
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
@@ -35,6 +35,7 @@ from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.objects import name_selector
+from eventop.kube.recent import Recent
 from eventop.kube.store import Store, rv_int
 
 log = logging.getLogger("eventop.engine")
@@ -135,7 +136,7 @@ class Engine:
         self.echoes = {name: Echoes() for name in self.controllers}
         self.inflight = {name: InFlight() for name in self.controllers}
         #: Changes (handler, uid, resourceVersion, change) the router's watch started runs for.
-        self._acted = Remembered()
+        self._acted: Recent[tuple[Any, ...], bool] = Recent(MAX_REMEMBERED)
         #: Per key, the end of its latest run (runs of a key finish in the order they began).
         self._ends: dict[Item, threading.Event] = {}
         self._ends_lock = threading.Lock()
@@ -285,7 +286,7 @@ class Engine:
         for ctl in ready:
             # The first event of a change the watch acted on may take that run's result;
             # its resync or redelivery gets a run of its own.
-            acted = self._acted.forget((ctl.name, uid, rv, event.change))
+            acted = bool(self._acted.pop((ctl.name, uid, rv, event.change), False))
             for key in self._keys(ctl, kind, event.change or "", subject, uid, rv, notes,
                                   consume=True, verify=verify):
                 self._add(ctl, key, ticket, since, finished=acted)
@@ -327,7 +328,7 @@ class Engine:
                 continue  # (a write of it under way: maybe its echo, left to the event)
             keys = self._keys(ctl, kind, change, obj, uid, rv, {}, consume=False, verify=True)
             if keys:
-                self._acted.mark((ctl.name, uid, rv, change))
+                self._acted.put((ctl.name, uid, rv, change), True)
             for key in keys:
                 self._add(ctl, key, None)
 

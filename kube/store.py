@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from eventop.kube.objects import selector_matches
+from eventop.kube.recent import Recent
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -89,7 +89,7 @@ class Store:
         #: and of recent deletions (uid -> time, bounded): what "a run that started after
         #: this change" means.
         self._learned: dict[Key, list[tuple[int | None, float]]] = {}
-        self._removed: OrderedDict[str, float] = OrderedDict()
+        self._removed: Recent[str, float] = Recent(MAX_REMOVED)
         #: The resourceVersion the store reflects: of its last list, event or bookmark.
         self.resource_version = ""
 
@@ -196,7 +196,7 @@ class Store:
                 self._drop(key, current)
             if uid:
                 self._gone.pop(str(uid), None)
-                self._note_removed(str(uid))
+                self._removed.put(str(uid), time.monotonic())
 
     def forget_deleted(self, obj: Obj) -> None:
         """Our own delete of ``obj`` succeeded: drop it now and ignore watch events of that
@@ -208,7 +208,7 @@ class Store:
                 self._drop(key, current)
             if rv is not None:
                 self._gone[uid] = rv
-            self._note_removed(uid)
+            self._removed.put(uid, time.monotonic())
 
     def replace_all(self, objs: Iterable[Obj], resource_version: str) -> None:
         """The result of a (re)list: exactly these objects, at this resourceVersion."""
@@ -259,13 +259,6 @@ class Store:
                 keys.discard(key)
                 if not keys:
                     del self._by_owner[owner]
-
-
-    def _note_removed(self, uid: str) -> None:
-        self._removed[uid] = time.monotonic()
-        self._removed.move_to_end(uid)
-        while len(self._removed) > MAX_REMOVED:
-            self._removed.popitem(last=False)
 
 
 def _discard(index: dict[str, dict[str, Obj]], outer: str, inner: str) -> None:

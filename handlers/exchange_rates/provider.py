@@ -32,7 +32,6 @@ import random
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -41,6 +40,7 @@ from typing import Any
 import requests
 
 from eventop.kube import now_rfc3339, retry_after
+from eventop.kube.recent import Recent
 
 log = logging.getLogger("eventop.exchange_rates.provider")
 
@@ -215,8 +215,7 @@ class FrankfurterClient:
         self.cache_size = cache_size
         self.sleep = sleep
         self.clock = clock
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: Recent[str, _Cached] = Recent(cache_size)
 
     @property
     def source(self) -> str:
@@ -314,19 +313,14 @@ class FrankfurterClient:
         return headers
 
     def _cached(self, url: str) -> _Cached | None:
-        with self._lock:
-            return self._cache.get(url)
+        return self._cache.get(url)
 
     def _remember(self, url: str, resp: requests.Response) -> None:
         etag = resp.headers.get("ETag")
-        with self._lock:
-            if not etag:
-                self._cache.pop(url, None)
-                return
-            self._cache[url] = _Cached(etag, resp.content)
-            self._cache.move_to_end(url)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        if etag:
+            self._cache.put(url, _Cached(etag, resp.content))
+        else:
+            self._cache.pop(url)
 
 
 # -- the process-wide client ------------------------------------------------------------------

@@ -44,6 +44,7 @@ from bench.world import (  # noqa: E402
     kube_requests,
     metric,
     on_cluster,
+    remove,
     wait_quiet,
 )
 from eventop.events import to_cloudevent, to_http  # noqa: E402
@@ -176,9 +177,7 @@ def run(world: Kube, env: dict[str, str], count: int, where: str,
         router.stop(keep_log=keep)
         if keep:
             print(f"  logs: {router.log_path} {watcher.log_path}")
-        world.delete("eventop.dev/v1", "CopyRule", rule)
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda ns: world.delete("v1", "Namespace", ns), [src, *names]))
+        remove(world, rule, [src, *names])
 
 
 def on_real(kubeconfig: str, count: int) -> None:

@@ -52,6 +52,7 @@ from bench.world import (  # noqa: E402
     kube_requests,
     metric,
     on_cluster,
+    remove,
 )
 from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess  # noqa: E402
@@ -216,9 +217,7 @@ def run(kubeconfig: str, count: int, peers: Path | None, workers: int) -> None:
         router.stop(keep_log=keep)
         if keep:
             print(f"  logs: {router.log_path} {watcher.log_path}")
-        admin.delete("eventop.dev/v1", "CopyRule", rule)
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda ns: admin.delete("v1", "Namespace", ns), made))
+        remove(admin, rule, made)
 
 
 def main() -> int:

@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-import yaml  # noqa: E402
 
+from bench.world import install_crds, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess, WatcherProcess, free_port  # noqa: E402
 
@@ -124,12 +124,7 @@ class CopyObserver:
 def run(kubeconfig: str, seconds: float, rate: float, sources: int, targets: int) -> None:
     world = Kube.connect(kubeconfig=kubeconfig)
     world.field_manager = "bench-world"
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc.get("kind") == "CustomResourceDefinition":
-            world.apply(doc)
-    while world.missing_kinds({("eventop.dev/v1", "CopyRule")}):
-        time.sleep(0.5)
+    install_crds(world)
     run_id = uuid.uuid4().hex[:6]
     prefix = f"load-{run_id}-"
     src, label = f"{prefix}src", {"eventop.dev/load-run": run_id}
@@ -214,9 +209,7 @@ def run(kubeconfig: str, seconds: float, rate: float, sources: int, targets: int
         observer.stop()
         watcher.stop()
         router.stop()
-        world.delete("eventop.dev/v1", "CopyRule", f"load-{run_id}")
-        for ns in [src, *target_ns]:
-            world.delete("v1", "Namespace", ns)
+        remove(world, f"load-{run_id}", [src, *target_ns])
     latencies.sort()
 
     def pct(p: float) -> str:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from bench.world import QUIET, connect, diff, kube_requests, on_cluster  # noqa: E402
+from bench.world import QUIET, connect, diff, kube_requests, on_cluster, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess  # noqa: E402
 
@@ -155,9 +155,7 @@ def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
             measure(kubeconfig, workers, threads, len(names))
     finally:
         if not keep:
-            kube.delete("eventop.dev/v1", "CopyRule", "mem-rule")
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda ns: kube.delete("v1", "Namespace", ns), [src, *names]))
+            remove(kube, "mem-rule", [src, *names])
 
 
 def main() -> int:

@@ -12,7 +12,8 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,13 @@ def install_crds(kube: Kube) -> None:
             kube.apply(doc)
     while kube.missing_kinds({("eventop.dev/v1", "CopyRule")}):
         time.sleep(0.5)
+
+
+def remove(kube: Kube, rule: str, namespaces: Iterable[str]) -> None:
+    """A run's CopyRule, then its namespaces (8 deletions at a time)."""
+    kube.delete("eventop.dev/v1", "CopyRule", rule)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda ns: kube.delete("v1", "Namespace", ns), namespaces))
 
 
 def wait_quiet(kube: Kube, timeout: float = 600.0) -> None:

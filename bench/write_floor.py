@@ -42,7 +42,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.world import CpuMeter, connect, control_plane_pids, on_cluster, wait_quiet  # noqa: E402
+from bench.world import (  # noqa: E402
+    CpuMeter,
+    connect,
+    control_plane_pids,
+    on_cluster,
+    remove,
+    wait_quiet,
+)
 from eventop.engine.plan import replacement  # noqa: E402
 from eventop.handlers.copy_rules.desired import desired_copy  # noqa: E402
 from eventop.handlers.registry import field_manager_for  # noqa: E402
@@ -161,9 +168,7 @@ def run(kubeconfig: str, count: int, concurrency: list[int], verbs: list[str],
         print(f"  (one copy as the server answers it: {len(json.dumps(last))} bytes of JSON, "
               f"{len(last['metadata'].get('managedFields') or [])} managedFields entries)")
     finally:
-        admin.delete("eventop.dev/v1", "CopyRule", rule_name)
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda ns: admin.delete("v1", "Namespace", ns), [src, *names]))
+        remove(admin, rule_name, [src, *names])
 
 
 def main() -> int:

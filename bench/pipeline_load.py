@@ -45,7 +45,12 @@ import requests  # noqa: E402
 
 from bench.world import install_crds, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
-from eventop.testing.processes import RouterProcess, WatcherProcess, free_port  # noqa: E402
+from eventop.testing.processes import (  # noqa: E402
+    RouterProcess,
+    WatcherProcess,
+    free_port,
+    wait_http,
+)
 
 CLUSTER = REPO.parent / "shared" / "k8s" / "cluster"
 QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request", "EVENTOP_LOG_LEVEL": "WARNING"}
@@ -172,6 +177,9 @@ def run(kubeconfig: str, seconds: float, rate: float, sources: int, targets: int
         # settle: every target has every source's copy before the clock starts
         while not all(observer.reached((ns, n), 0) for ns in target_ns for n in names):
             time.sleep(0.2)
+        # The router copies from its own watch, so the copies can be in place before the
+        # watcher (which loads the handlers first) serves its metrics.
+        wait_http(watcher_metrics, 60, watcher.proc)
         delivered0 = metric_sum(watcher_metrics, "eventop_watcher_events_delivered_total")
         requests0 = metric_sum(router.url + "/metrics", "eventop_kube_requests_total")
         handled0 = metric_sum(router.url + "/metrics", "eventop_events_total")

@@ -114,7 +114,8 @@ class KubeWriter:
         meta = obj["metadata"]
         with self._write(obj):
             self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"],
-                             meta.get("namespace"), uid=meta.get("uid"))
+                             meta.get("namespace"), uid=meta.get("uid"),
+                             resource_version=meta.get("resourceVersion"))
             store = self.cache.store(obj["apiVersion"], obj["kind"])
             if store is not None:
                 store.forget_deleted(obj)

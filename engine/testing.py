@@ -214,6 +214,9 @@ class _WorldWriter:
         current = self._current(obj)
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
             return
+        rv = obj["metadata"].get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict("the object has been modified", reason="Conflict")
         self._log("delete", obj)
         meta = obj["metadata"]
         self.world.delete((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))

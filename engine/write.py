@@ -101,7 +101,8 @@ class InFlight:
 
 
 class StaleWrite(Exception):
-    """A replace lost a race twice (the object keeps changing): the run is retried."""
+    """A write lost a race with another writer (a replace twice: the object keeps changing;
+    a delete of a version that changed since it was read): the run is retried."""
 
 
 def execute(plan: Plan, writer: Writer, parent: Obj, *,
@@ -227,14 +228,13 @@ def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
 def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
     try:
         if action.verb == "delete":
-            assert action.existing is not None
-            writer.delete(action.existing)
+            _delete(action, writer)
             return "deleted", action.existing
         if action.verb == "create":
             return _create(action, writer, parent_uid)
         if action.verb == "recreate":
-            assert action.existing is not None and action.desired is not None
-            writer.delete(action.existing)
+            assert action.desired is not None
+            _delete(action, writer)
             return _create(action, writer, parent_uid, category="updated")
         return "updated", _update(action, writer, action.existing)
     except errors.Unavailable:
@@ -245,6 +245,19 @@ def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
         return "errors", _error(action, exc, exc.status)
     except errors.KubeError as exc:
         return "errors", _error(action, exc, exc.status)
+
+
+def _delete(action: Action, writer: Writer) -> None:
+    """Delete exactly the version the plan was made from (uid and resourceVersion
+    preconditions): an object changed since, perhaps taken over by someone who removed our
+    ownerReference while the cache had not seen it yet, is not deleted; the run is repeated
+    on a fresh read."""
+    assert action.existing is not None
+    try:
+        writer.delete(action.existing)
+    except errors.Conflict as exc:
+        raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} changed since it "
+                         f"was read: not deleted ({exc})") from exc
 
 
 def _create(action: Action, writer: Writer, parent_uid: str,

@@ -332,17 +332,21 @@ class Kube:
         return True
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
-               uid: str | None = None, propagation: str = "Background") -> bool:
+               uid: str | None = None, resource_version: str | None = None,
+               propagation: str = "Background") -> bool:
         """Delete one object; False if it was already gone.
 
         ``uid`` is a precondition: the delete only removes that very object, never a
-        newer one created under the same name meanwhile.
+        newer one created under the same name meanwhile. ``resource_version`` too: only
+        that version of it (409 Conflict if it changed since it was read).
         """
         res = self.resource(api_version, kind)
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions",
                      "propagationPolicy": propagation}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version))
+                         if v}
+        if preconditions:
+            body["preconditions"] = preconditions
         try:
             self.request("DELETE", res.path(namespace, name), verb="delete", body=body)
         except errors.NotFound:

@@ -64,3 +64,27 @@ def test_the_last_finalizer_removed_never_puts_the_deleted_parent_back_in_the_ca
         assert store.get("default", "held") is None
     finally:
         cache.stop()
+
+
+def test_a_child_changed_since_the_cache_read_it_is_not_deleted_and_the_run_is_repeated(
+        kube: Kube) -> None:
+    """A run planned from a cache that had not seen a user take a copy over (its
+    ownerReference removed) would delete the user's object: the delete carries the version
+    it was planned from, the API server refuses it, and the run is repeated."""
+    from eventop.engine.desired import Child
+    from eventop.engine.plan import Action, Plan
+    from eventop.engine.write import execute
+
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "rule", "uid": "rule-uid",
+           "controller": True}
+    read = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "copy", "namespace": "default", "ownerReferences": [ref]},
+        "data": {"v": "1"}})
+    kube.replace({**read, "metadata": {**read["metadata"], "ownerReferences": []},
+                  "data": {"v": "taken"}})  # taken over after the cache read it
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    plan = Plan([Action("delete", "ConfigMap", "default", "copy", None, read,
+                        Child(read))])
+    outcome = execute(plan, writer, {"metadata": {"uid": "rule-uid"}})
+    assert outcome.retry and [e.status for e in outcome.errors] == [409]
+    assert kube.get("v1", "ConfigMap", "copy", "default")["data"] == {"v": "taken"}

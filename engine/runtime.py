@@ -34,6 +34,7 @@ from eventop.handlers.events import Event
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.objects import name_selector
 from eventop.kube.recent import Recent
 from eventop.kube.store import Store, rv_int
@@ -48,6 +49,10 @@ RUNS = Counter("eventop_engine_runs_total", "Reconcile runs, by handler and outc
 REQUESTS = Counter("eventop_engine_requests_total",
                    "Reconcile requests: queued, merged into a queued or running run, or "
                    "skipped (echo of an own write, parent unchanged)", ["handler", "result"])
+
+
+#: The Lease whose holder, of several router replicas, starts runs from its own watch.
+ROUTER_LEASE = "eventop-router"
 
 
 class CacheBehind(errors.Unavailable):
@@ -66,18 +71,27 @@ class EngineSettings:
     #: Runs of one parent at once: one computing, the others' writes in flight.
     pipeline_depth: int = 4
     #: Start runs from the cache's own watch events too, not only from the watcher's events
-    #: (which still guarantee every change is acted upon). Off for several replicas: each
-    #: replica's watch would start every run (see docs/ENGINE.md section 10).
+    #: (which still guarantee every change is acted upon). With several replicas each
+    #: replica's watch would start every run: see ``leader_elect`` (docs/ENGINE.md section 10).
     run_on_watch: bool = True
+    #: Only while this process holds the Lease ``eventop-router`` (in its own namespace) do
+    #: its watch events start runs; the other replicas run what events ask for.
+    leader_elect: bool = False
+    #: The Lease's duration, renew deadline and retry period (client-go's defaults).
+    lease_timing: tuple[float, float, float] = (15.0, 10.0, 2.0)
 
     @classmethod
     def from_env(cls) -> EngineSettings:
         """``EVENTOP_CACHE_WAIT_SECONDS``, ``EVENTOP_ANSWER_WAIT_SECONDS`` and
-        ``EVENTOP_RUN_ON_WATCH``; ValueError saying which and what is accepted for a value
-        that is not."""
+        ``EVENTOP_RUN_ON_WATCH`` (true, false or leader); ValueError saying which and what
+        is accepted for a value that is not."""
+        run_on_watch = os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip().lower()
+        leader = run_on_watch == "leader"
         return cls(cache_wait=_seconds("EVENTOP_CACHE_WAIT_SECONDS", cls.cache_wait),
                    answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait),
-                   run_on_watch=_switch("EVENTOP_RUN_ON_WATCH", cls.run_on_watch))
+                   run_on_watch=leader or _switch("EVENTOP_RUN_ON_WATCH", cls.run_on_watch,
+                                                  also="leader"),
+                   leader_elect=leader)
 
 
 def _seconds(name: str, default: float) -> float:
@@ -93,14 +107,15 @@ def _seconds(name: str, default: float) -> float:
     return value
 
 
-def _switch(name: str, default: bool) -> bool:
+def _switch(name: str, default: bool, also: str = "") -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
     try:
         return boolean(raw)
     except ArgumentTypeError:
-        raise ValueError(f"{name} must be true or false, not {raw!r}") from None
+        choices = f"true, false or {also}" if also else "true or false"
+        raise ValueError(f"{name} must be {choices}, not {raw!r}") from None
 
 
 @dataclass
@@ -154,12 +169,21 @@ class Engine:
         self._stop = threading.Event()
         #: Set once every controller's parents were queued for their first run.
         self.started = threading.Event()
+        #: With ``leader_elect``: the watch starts runs only while this holds the Lease.
+        lease, deadline, retry = self.settings.lease_timing
+        self.elector = LeaderElector(kube, ROUTER_LEASE, default_namespace(),
+                                     default_identity(), lease_seconds=lease,
+                                     renew_deadline=deadline, retry_period=retry) \
+            if self.settings.run_on_watch and self.settings.leader_elect else None
+        self._campaign: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Engine:
         if self.settings.run_on_watch:
             self.cache.listen(self._on_watch)
+        if self.elector is not None:
+            self._campaign = self.elector.campaign(self._stop)
         self.cache.start()
         for i in range(self.settings.workers):
             t = threading.Thread(target=self._work, name=f"engine-worker-{i}", daemon=True)
@@ -174,6 +198,8 @@ class Engine:
         self.queue.close()
         self.cache.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._campaign is not None:  # the lease handed back: another replica leads now
+            self._campaign.join(self.elector.retry_period + 10 if self.elector else 0)
 
     def _initial_runs(self) -> None:
         """Every parent once its controller's caches synced: what happened while no router
@@ -281,14 +307,12 @@ class Engine:
             return
         subject, since = self._caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
-        # A delete seen by the cache's own watch was verified there (_on_watch).
-        verify = not (self.settings.run_on_watch and since is not None)
         for ctl in ready:
-            # The first event of a change the watch acted on may take that run's result;
-            # its resync or redelivery gets a run of its own.
+            # The first event of a change the watch acted on may take that run's result (a
+            # delete was verified there); its resync or redelivery gets a run of its own.
             acted = bool(self._acted.pop((ctl.name, uid, rv, event.change), False))
             for key in self._keys(ctl, kind, event.change or "", subject, uid, rv, notes,
-                                  consume=True, verify=verify):
+                                  consume=True, verify=not acted):
                 self._add(ctl, key, ticket, since, finished=acted)
 
     def _keys(self, ctl: Controller, kind: tuple[str, str], change: str, subject: Obj,
@@ -319,6 +343,8 @@ class Engine:
         """A change the cache's own watch brought: its runs start now, without waiting for
         the watcher's event about it (which then finds them under way or done, see
         ``WorkQueue.add``). The event stays what guarantees the change is acted upon."""
+        if self.elector is not None and not self.elector.is_leader:
+            return  # another replica's watch starts the runs
         kind = (spec.api_version, spec.kind)
         meta = obj.get("metadata") or {}
         uid, rv = meta.get("uid"), meta.get("resourceVersion")

@@ -54,9 +54,11 @@ environment (besides the variables of the options above):
                             is answered 503, the runs going on (default 45)
   EVENTOP_RUN_ON_WATCH      true (default with one worker): a change the router's own cache
                             sees starts its runs at once, the watcher's event finding them
-                            under way or done; false (default with several workers): only
-                            events start runs. Set false when several router replicas
-                            run (each would run every change)
+                            under way or done; leader: only in the process holding the
+                            Lease eventop-router (for several replicas or workers; needs
+                            get, create and update on leases in its namespace: POD_NAMESPACE,
+                            else the service account's); false (default with several
+                            workers): only events start runs
   PROMETHEUS_MULTIPROC_DIR  directory for per-worker metric files; its *.db files are
                             removed at start. When unset, a fresh temporary directory is
                             created and removed on exit.
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers > 1:
         owned = prepare_metrics_dir()
         # Each worker has its own cache and watch: runs started from the watch would run
-        # in every worker. Only events (each sent to one worker) start runs then.
+        # in every worker. Only events (each sent to one worker) start runs then, unless
+        # the workers elect a leader (EVENTOP_RUN_ON_WATCH=leader, which needs a Lease).
         if not os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip():
             os.environ["EVENTOP_RUN_ON_WATCH"] = "false"
     else:

@@ -77,6 +77,7 @@ class ServerOptions:
             "logger_class": _gunicorn_logger(self.log_format),
             "post_worker_init": _post_worker_init,
             "child_exit": _child_exit,
+            "worker_exit": _worker_exit,
             "on_exit": self._on_exit,
         }
         if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
@@ -129,6 +130,14 @@ def _post_worker_init(worker: Any) -> None:
             time.sleep(5)
 
     threading.Thread(target=check, name="eventop-kube-check", daemon=True).start()
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    """In a worker shutting down: stop its engine, which hands back the router's Lease when
+    it held it (another worker or replica then leads at once, not after the lease expired)."""
+    state = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("eventop")
+    if state and state.get("engine"):
+        state["engine"].stop()
 
 
 def _child_exit(server: Any, worker: Any) -> None:

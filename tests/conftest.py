@@ -48,11 +48,12 @@ def pipeline_env() -> dict[str, str]:
 
 def _pipeline(cluster: object, env: dict[str, str], log_dir: object) -> object:
     """The kit's Pipeline (:mod:`eventop.testing`), running every built-in handler unless
-    ``env`` picks some (``EVENTOP_BUILTIN_HANDLERS``), with two gunicorn workers."""
+    ``env`` picks some (``EVENTOP_BUILTIN_HANDLERS``), with two gunicorn workers that, as
+    deploy/'s two replicas do, elect the one whose watch starts runs."""
     from eventop.handlers import BUILTIN
     from eventop.testing import Pipeline
 
-    env = dict(env)
+    env = {"EVENTOP_RUN_ON_WATCH": "leader", **env}
     builtin = env.pop("EVENTOP_BUILTIN_HANDLERS",
                       ",".join(name.rpartition(".")[2] for name in BUILTIN))
     return Pipeline(cluster, builtin=builtin, env=env, workers=2, log_dir=str(log_dir))

@@ -33,10 +33,10 @@ from eventop.cli import (
 )
 from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError, Unavailable
+from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.reflector import WatchSettings
 from eventop.router.auth import bearer_header
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
-from eventop.watcher.leader import LeaderElector, default_identity, default_namespace
 from eventop.watcher.specs import ResourceSpec, default_resources, parse_resources
 from eventop.watcher.watch import Watcher
 
@@ -292,6 +292,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              extra={"fields": {"resources": [str(s) for s in specs], "sink": sink}})
     watcher.start()
     stop.wait()
+    if lost.is_set():
+        log.error("lost the lease: stopping at once, so that only one watcher emits")
     drain = 0.0 if lost.is_set() else args.drain_seconds
     log.info("stopping: delivering queued events for up to %.0fs", drain)
     left = watcher.stop(drain)

@@ -128,6 +128,45 @@ def test_without_runs_from_the_watch_only_events_start_runs(
         eng.stop()
 
 
+def test_of_several_replicas_only_the_lease_holders_watch_starts_runs(
+        local_kube: Any, kube: Any) -> None:
+    """Two routers electing a leader: a change is run once, by the leader, from its watch;
+    an event sent to the other still gets its run there; when the leader stops, it hands
+    the lease over and the other's watch starts the runs."""
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    settings = EngineSettings(workers=1, cache_wait=5.0, leader_elect=True,
+                              lease_timing=(2.0, 1.2, 0.1))
+    counts = [Counting(), Counting()]
+    engines = [Engine([c.ctl], kube, settings=settings).start() for c in counts]
+    try:
+        for eng in engines:
+            assert wait_until(lambda eng=eng: eng.readiness()[0], 20) and eng.started.wait(20)
+        assert wait_until(lambda: any(e.elector and e.elector.is_leader for e in engines), 10)
+        lead = next(i for i, e in enumerate(engines) if e.elector and e.elector.is_leader)
+        leader, follower = engines[lead], engines[1 - lead]
+        assert follower.elector is not None and not follower.elector.is_leader
+        holder = local_kube.get("coordination.k8s.io/v1", "Lease", "eventop-router",
+                                "default")["spec"]["holderIdentity"]
+        assert leader.elector is not None and holder == leader.elector.identity
+
+        obj = local_kube.put(cm("once", {"v": "1"}))
+        assert wait_until(lambda: counts[lead].runs == ["once"], 10)  # no event sent
+        informer = follower.cache.informer("v1", "ConfigMap")
+        assert informer is not None and wait_until(lambda: informer.holds(obj), 10)
+        time.sleep(0.3)
+        assert counts[1 - lead].runs == []  # the follower's watch saw it and left it
+        assert submit(follower, "add", obj).wait(20)  # its event, sent to the follower
+        assert counts[1 - lead].runs == ["once"]
+
+        leader.stop()  # hands the lease back on the way out
+        assert wait_until(lambda: follower.elector.is_leader, 10)
+        local_kube.put(cm("after", {"v": "2"}))
+        assert wait_until(lambda: counts[1 - lead].runs == ["once", "after"], 10)
+    finally:
+        for eng in engines:
+            eng.stop()
+
+
 def submit(engine: Engine, change: str, obj: Obj) -> Ticket:
     ticket, _notes = engine.submit(Event.for_object(change, obj))
     return ticket

@@ -104,7 +104,13 @@ def test_recorded_session_through_the_router_converges_and_replays_write_nothing
     assert statuses and all(s in (200, 202) for s in statuses), statuses
     assert seen == {"exchange-rate-usd": ["USD=1.0812"],
                     "exchange-rate-chf": ["CHF=0.9391", "GBP=0.8352", "gone"]}
-    assert standin.requests == [("EUR", ["USD"]), ("EUR", ["CHF"]), ("EUR", ["GBP"])]
+    # Each change is asked for once per worker at most: the one holding the Lease runs it
+    # from its own watch; the other, when the event reaches it before its cache shows the
+    # leader's result, runs it again (level-triggered: the same rate, nothing new written).
+    asked = [(base, tuple(wanted)) for base, wanted in standin.requests]
+    assert list(dict.fromkeys(asked)) == [("EUR", ("USD",)), ("EUR", ("CHF",)),
+                                          ("EUR", ("GBP",))], asked
+    assert max(asked.count(a) for a in asked) <= 2, asked
 
     # Replaying the recording again, then a refresh, leaves the same state; the unchanged
     # USD rate is not written again (same resourceVersion).

@@ -16,7 +16,7 @@ from eventop.testing.cluster import load_crds
 from eventop.testing.waiting import wait_until
 from tests.install.database_scenarios import DatabaseScenarios
 from tests.install.rbac import KubeRecorder
-from tests.install.support import REPO
+from tests.install.support import REPO, env_of, find, pod_template, render
 
 RECORDINGS = REPO / "tests" / "recordings"
 RATES_URL = "https://rates.test/v1"
@@ -334,6 +334,13 @@ class FakeRates:
                 "rates": {c: 1.25 + 0.01 * self.calls for c in to}}
 
 
+def manifest_env(name: str) -> str:
+    """A variable of deploy/'s router container ("" when it does not set it)."""
+    container, = pod_template(find(render("deploy"), "Deployment", "eventop-router")
+                              )["spec"]["containers"]
+    return env_of(container).get(name, "")
+
+
 @contextlib.contextmanager
 def traced_router() -> Iterator[KubeRecorder]:
     """Every scenario through the router's real app in this process, against the local API
@@ -357,6 +364,8 @@ def traced_router() -> Iterator[KubeRecorder]:
     engines: list[Any] = []
     # A delete the cache never sees is checked against the API server after this wait.
     os.environ["EVENTOP_CACHE_WAIT_SECONDS"] = "1"
+    # As deploy/ runs it (leader election, say), so that its requests are derived too.
+    os.environ["EVENTOP_RUN_ON_WATCH"] = manifest_env("EVENTOP_RUN_ON_WATCH")
     try:
         with requests_mock.Mocker() as mock, recorder.recording():
             mock.get(f"{RATES_URL}/latest", json=rates)
@@ -382,7 +391,7 @@ def traced_router() -> Iterator[KubeRecorder]:
                 print(answer)
         yield recorder
     finally:
-        del os.environ["EVENTOP_CACHE_WAIT_SECONDS"]
+        del os.environ["EVENTOP_CACHE_WAIT_SECONDS"], os.environ["EVENTOP_RUN_ON_WATCH"]
         for engine in engines:
             engine.stop()
         provider.get_client = original_get_client  # type: ignore[assignment]

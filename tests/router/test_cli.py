@@ -121,7 +121,7 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
      "EVENTOP_MAX_BODY_BYTES must be a number of bytes, not 'lots'"),
     ({"EVENTOP_CACHE_WAIT_SECONDS": "-1"}, [],
      "EVENTOP_CACHE_WAIT_SECONDS must be a positive number of seconds, not '-1'"),
-    ({"EVENTOP_RUN_ON_WATCH": "maybe"}, [], "EVENTOP_RUN_ON_WATCH must be true or false, "
+    ({"EVENTOP_RUN_ON_WATCH": "maybe"}, [], "EVENTOP_RUN_ON_WATCH must be true, false or leader, "
                                             "not 'maybe'"),
 ])
 def test_configuration_mistakes_are_one_line_and_exit_status_2(

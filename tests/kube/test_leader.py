@@ -1,4 +1,4 @@
-"""Leader election on a Lease: one active watcher, fast hand-over, a stale leader steps down."""
+"""Leader election on a Lease: one leader, fast hand-over, a stale leader steps down."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import time
 import pytest
 
 from eventop.kube import Kube
-from eventop.testing.processes import WatcherProcess
+from eventop.kube.leader import LeaderElector
 from eventop.testing.waiting import wait_until
-from eventop.watcher.leader import LeaderElector
 
 # Short, for a quick suite, but with room for a loaded CI machine: the leader renews every
 # 0.1 s and only loses its lease if it stalls for 1.2 s (a candidate waits 2 s).
@@ -75,27 +74,20 @@ def test_timings_must_leave_room_to_renew(local_kube) -> None:
                       lease_seconds=5, renew_deadline=5, retry_period=1)
 
 
-def test_second_replica_stands_by_until_the_first_exits(local_kube, sink, tmp_path) -> None:
-    env = {"EVENTOP_RESOURCES": "v1/configmaps@demo", "EVENTOP_KUBE_URL": local_kube.url,
-           "EVENTOP_METRICS_PORT": "0", "EVENTOP_LEASE_NAMESPACE": "default",
-           "EVENTOP_LEASE_SECONDS": "2", "EVENTOP_RENEW_DEADLINE_SECONDS": "1.5",
-           "EVENTOP_RETRY_PERIOD_SECONDS": "0.2", "EVENTOP_READ_TIMEOUT_SECONDS": "2"}
-    local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "one", "namespace": "demo"}})
-    elect = ["--leader-elect"]
-    first = WatcherProcess(sink.url, {**env, "HOSTNAME": "first"}, str(tmp_path), elect)
-    second = None
-    try:
-        assert sink.wait_for(2, 30)  # the ConfigMap and kube-root-ca.crt
-        second = WatcherProcess(sink.url, {**env, "HOSTNAME": "second"}, str(tmp_path), elect)
-        assert wait_until(lambda: "standing by" in second.log(), 30), second.log()
-        assert len(sink.accepted) == 2  # the standby lists nothing
-        assert holder(local_kube).startswith("first_")
-        first.stop(keep_log=True)  # SIGTERM: release the lease on the way out
-        assert first.returncode == 0, first.log()
-        assert sink.wait_for(4, 30)  # the new leader's initial list
-        assert holder(local_kube).startswith("second_")
-    finally:
-        for proc in (first, second):
-            if proc is not None:
-                proc.stop()
+def test_a_campaign_stands_again_after_a_loss_and_hands_the_lease_back_when_stopped(
+        local_kube) -> None:
+    """The router's way: a replica that lost the lease stays up, and leads again once it
+    can; stopping it releases the lease."""
+    a = elector(local_kube, "a")
+    stop = threading.Event()
+    campaign = a.campaign(stop)
+    assert wait_until(lambda: a.is_leader, 5) and holder(local_kube) == "a"
+    local_kube.set_unavailable(True)
+    assert wait_until(lambda: not a.is_leader, 5)  # past the renew deadline
+    local_kube.set_unavailable(False)
+    assert wait_until(lambda: a.is_leader, 10)  # stood again, and its own lease was free
+    assert campaign.is_alive()
+    stop.set()
+    campaign.join(5)
+    assert not campaign.is_alive() and not a.is_leader
+    assert holder(local_kube) == ""  # handed back: a standby takes over at once

@@ -1,4 +1,10 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease, so two replicas never both emit.
+"""Leader election on a ``coordination.k8s.io/v1`` Lease: one replica of several acts.
+
+The watcher emits only while it leads (:meth:`LeaderElector.acquire`, then :meth:`hold`, and
+it exits when it loses). The router's replicas all answer events, and only the leader also
+starts runs from its own watch (:meth:`LeaderElector.campaign`: a follower stays up and
+stands again after a loss, since two routers acting at once cost duplicate work, not wrong
+results).
 
 The same protocol as client-go's ``leaderelection`` with a ``LeaseLock``, so ``kubectl get
 lease`` reads as usual: the holder writes ``holderIdentity`` and renews ``renewTime`` every
@@ -8,8 +14,8 @@ timestamps with its own clock: the two may be skewed). Writes use the Lease's
 resourceVersion, so of two candidates racing for an expired lease exactly one wins.
 
 A leader that cannot renew for ``renew_deadline`` (API server unreachable, lease taken) has
-lost: :meth:`LeaderElector.hold` calls ``on_lost`` and the watcher exits, to be restarted as a
-candidate; staying up "maybe leader" is how two replicas end up emitting. On a clean shutdown
+lost: :meth:`LeaderElector.hold` calls ``on_lost`` (the watcher exits, to be restarted as a
+candidate; staying up "maybe leader" is how two replicas end up emitting). On a clean shutdown
 the lease is released (holder emptied) so a standby takes over at once.
 """
 
@@ -27,7 +33,7 @@ from typing import Any
 
 from eventop.kube import Conflict, Kube, KubeError
 
-log = logging.getLogger("eventop.watcher.leader")
+log = logging.getLogger("eventop.kube.leader")
 
 LEASE = ("coordination.k8s.io/v1", "Lease")
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -39,8 +45,10 @@ def micro_time() -> str:
 
 
 def default_identity() -> str:
-    """The pod name (HOSTNAME) plus a random suffix: a restarted pod is a new candidate."""
-    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    """The pod name (HOSTNAME), the process id (several workers of one pod are candidates
+    too) and a random suffix (a restarted pod is a new candidate)."""
+    host = os.environ.get("HOSTNAME") or socket.gethostname()
+    return f"{host}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
 def default_namespace() -> str:
@@ -127,8 +135,9 @@ class LeaderElector:
                              self.name, self._observed[0] if self._observed else "?")
                     waiting_logged = True
             except KubeError as exc:
-                log.warning("leader election on lease %s/%s failed: %s (check that the "
-                            "watcher may get, create and update leases in %s)", self.namespace,
+                log.warning("leader election on lease %s/%s failed: %s (check that this "
+                            "service account may get, create and update leases in %s)",
+                            self.namespace,
                             self.name, exc, self.namespace)
             stop.wait(self.retry_period)
         return False
@@ -148,8 +157,8 @@ class LeaderElector:
                 if time.monotonic() - last >= self.renew_deadline or (
                         self._observed and self._observed[0] not in ("", self.identity)):
                     self.is_leader = False
-                    log.error("lost leadership of lease %s/%s (%s); stopping so that only one "
-                              "watcher emits", self.namespace, self.name, reason)
+                    log.warning("lost leadership of lease %s/%s (%s)", self.namespace,
+                                self.name, reason)
                     on_lost()
                     return
                 log.warning("could not renew lease %s/%s: %s", self.namespace, self.name,
@@ -157,6 +166,24 @@ class LeaderElector:
 
         self._thread = threading.Thread(target=renew, name="lease-renew", daemon=True)
         self._thread.start()
+
+    def campaign(self, stop: threading.Event) -> threading.Thread:
+        """Lead whenever this candidate can until ``stop`` is set, then release the lease.
+        :attr:`is_leader` says at any moment whether it leads; after a loss it stands again
+        (for a process that does useful work as a follower too)."""
+        def loop() -> None:
+            while self.acquire(stop):
+                lost = threading.Event()
+                self.hold(lost.set)
+                while not (lost.is_set() or stop.wait(self.retry_period)):
+                    pass
+                if stop.is_set():
+                    break
+            self.release()
+
+        thread = threading.Thread(target=loop, name="lease-campaign", daemon=True)
+        thread.start()
+        return thread
 
     def release(self) -> None:
         """Stop renewing and hand the lease back, so a standby takes over without waiting."""

@@ -27,6 +27,8 @@ from eventop.kube.informer import Cache
 from eventop.kube.recent import Recent
 
 Obj = dict[str, Any]
+#: How long a write refused with 409 waits for the cache to show what refused it.
+CONFLICT_CACHE_WAIT = 1.0
 MAX_REMEMBERED = 50_000  # echoes per handler; the oldest are forgotten first
 
 
@@ -120,6 +122,22 @@ class KubeWriter:
             if store is not None:
                 store.forget_deleted(obj)
             self.echoes.mark(obj, deleted=True)
+
+    def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None:
+        """``obj`` as it is after a write of it was refused with 409 (a create finding the
+        name taken: ``tried`` None; an update of version ``tried`` finding a newer one).
+        The cache usually gets that newer version by its watch within milliseconds (another
+        replica's write, say), so it is awaited there briefly before asking the API server:
+        a read request saved per conflict. Either way the next write carries a precondition."""
+        meta = obj["metadata"]
+        informer = self.cache.informer(str(obj.get("apiVersion")), str(obj.get("kind")))
+        if informer is not None and informer.matches(obj):
+            held = informer.wait_newer(meta.get("namespace"), meta["name"], tried,
+                                       CONFLICT_CACHE_WAIT)
+            if held is not None:
+                return held
+        return self.read(str(obj["apiVersion"]), str(obj["kind"]), meta["name"],
+                         meta.get("namespace"))
 
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None:
         found = self.kube.get_or_none(api_version, kind, name, namespace)

@@ -225,6 +225,10 @@ class _WorldWriter:
         found = self.world.get((api_version, kind), name, namespace)
         return copy.deepcopy(found) if found else None
 
+    def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None:
+        meta = obj["metadata"]
+        return self.read(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+
     def patch_status(self, parent: Obj, status: Obj) -> Obj:
         current = self._current(parent)
         if current is None:

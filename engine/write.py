@@ -41,6 +41,7 @@ class Writer(Protocol):
     def replace(self, obj: Obj) -> Obj: ...
     def delete(self, obj: Obj) -> None: ...
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None: ...
+    def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None: ...
     def patch_status(self, parent: Obj, status: Obj) -> Obj: ...
     def set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj: ...
     def post_event(self, parent: Obj, note: Note) -> None: ...
@@ -271,9 +272,7 @@ def _create(action: Action, writer: Writer, parent_uid: str,
         return "skipped", action.desired  # the namespace went away meanwhile
     except errors.Conflict:
         pass
-    meta = action.desired["metadata"]
-    current = writer.read(action.desired["apiVersion"], action.kind, meta["name"],
-                          meta.get("namespace"))
+    current = writer.read_after_conflict(action.desired, None)
     if current is None:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} existed at create "
                          "and was gone right after")
@@ -292,10 +291,9 @@ def _update(action: Action, writer: Writer, existing: Obj | None) -> Obj:
     try:
         return writer.replace(replacement(existing, action.desired))
     except errors.Conflict:
-        pass  # changed since the cache saw it: once more from a fresh read
-    meta = action.desired["metadata"]
-    fresh = writer.read(action.desired["apiVersion"], action.kind, meta["name"],
-                        meta.get("namespace"))
+        pass  # changed since the cache saw it: once more from a fresher view
+    fresh = writer.read_after_conflict(action.desired,
+                                       existing["metadata"].get("resourceVersion"))
     if fresh is None:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} went away")
     if in_sync(action.child, fresh, action.desired):

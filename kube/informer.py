@@ -108,6 +108,25 @@ class Informer(Sink):
                 self._changed.wait(left)
         return True
 
+    def wait_newer(self, namespace: str | None, name: str, than: str | None,
+                   timeout: float) -> Obj | None:
+        """The object once the store holds it at a version other than ``than`` (None: at
+        any version), or None after ``timeout``: what someone else just wrote (a create or
+        update refused with 409) usually arrives by the watch within milliseconds."""
+        if self.spec.metadata_only or self.store is None:
+            return None  # without its data the object can not be compared
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                held = self.store.get(namespace, name) if self.synced else None
+                rv = (held or {}).get("metadata", {}).get("resourceVersion")
+                if held is not None and (than is None or rv != than):
+                    return held
+                left = deadline - time.monotonic()
+                if left <= 0 or self.stop.is_set():
+                    return None
+                self._changed.wait(left)
+
     def holds(self, obj: Obj | None) -> bool:
         """Does the store hold this very object (same uid), at any version?"""
         if obj is None or self.store is None:

@@ -88,3 +88,38 @@ def test_a_child_changed_since_the_cache_read_it_is_not_deleted_and_the_run_is_r
     outcome = execute(plan, writer, {"metadata": {"uid": "rule-uid"}})
     assert outcome.retry and [e.status for e in outcome.errors] == [409]
     assert kube.get("v1", "ConfigMap", "copy", "default")["data"] == {"v": "taken"}
+
+
+def test_a_write_refused_with_409_learns_what_refused_it_from_the_cache_not_a_read(
+        local_kube: Any, kube: Kube) -> None:
+    """Another replica created the object, or updated it, just before this one: the cache
+    gets that version by its watch, so the engine settles the conflict without asking the
+    API server; an object the cache can not see is read as before."""
+    from eventop.kube.informer import InformerSpec
+
+    cache = Cache(kube, [InformerSpec("v1", "ConfigMap")]).start()
+    try:
+        assert cache.wait_synced(10)
+        writer = KubeWriter(kube, cache, Echoes())
+        theirs = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "made", "namespace": "default"}, "data": {"v": "1"}})
+        start = len(local_kube.requests)
+        ours = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "made", "namespace": "default"}, "data": {"v": "1"}}
+        found = writer.read_after_conflict(ours, None)  # a create found the name taken
+        assert found is not None and found["metadata"]["uid"] == theirs["metadata"]["uid"]
+        newer = kube.replace({**theirs, "data": {"v": "2"}})
+        found = writer.read_after_conflict(ours, theirs["metadata"]["resourceVersion"])
+        assert found is not None
+        assert found["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
+        asked = [(m, p) for m, p, q, *_ in local_kube.requests[start:] if "watch=true" not in q]
+        assert asked == [("PUT", "/api/v1/namespaces/default/configmaps/made")]  # the update
+
+        secret = {"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": "uncached", "namespace": "default"}}
+        kube.create(secret)
+        start = len(local_kube.requests)
+        assert writer.read_after_conflict(secret, None) is not None  # no informer: a read
+        assert [m for m, *_ in local_kube.requests[start:]] == ["GET"]
+    finally:
+        cache.stop()

@@ -123,6 +123,7 @@ class LeaderElector:
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this candidate leads (True) or ``stop`` is set (False)."""
         waiting_logged = False
+        failed = ""  # the last failure said, so that one retried every 2 s is said once
         while not stop.is_set():
             try:
                 if self.try_acquire_or_renew():
@@ -134,11 +135,14 @@ class LeaderElector:
                     log.info("standing by: lease %s/%s is held by %s", self.namespace,
                              self.name, self._observed[0] if self._observed else "?")
                     waiting_logged = True
+                failed = ""
             except KubeError as exc:
-                log.warning("leader election on lease %s/%s failed: %s (check that this "
-                            "service account may get, create and update leases in %s)",
-                            self.namespace,
-                            self.name, exc, self.namespace)
+                if str(exc) != failed:
+                    log.warning("leader election on lease %s/%s failed, retrying every "
+                                "%gs: %s (check that this service account may get, create "
+                                "and update leases in %s)", self.namespace, self.name,
+                                self.retry_period, exc, self.namespace)
+                    failed = str(exc)
             stop.wait(self.retry_period)
         return False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -91,3 +92,21 @@ def test_a_campaign_stands_again_after_a_loss_and_hands_the_lease_back_when_stop
     campaign.join(5)
     assert not campaign.is_alive() and not a.is_leader
     assert holder(local_kube) == ""  # handed back: a standby takes over at once
+
+
+def test_a_candidate_that_can_not_reach_the_lease_says_so_once_not_every_retry(
+        local_kube, caplog) -> None:
+    a = elector(local_kube, "a")
+    stop = threading.Event()
+    local_kube.set_unavailable(True)
+    with caplog.at_level(logging.WARNING, logger="eventop.kube.leader"):
+        thread = threading.Thread(target=a.acquire, args=(stop,))
+        thread.start()
+        time.sleep(10 * TIMING["retry_period"])  # about ten attempts
+        local_kube.set_unavailable(False)
+        assert wait_until(lambda: a.is_leader, 5)
+        stop.set()
+        thread.join(5)
+    said = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert len(said) == 1 and "may get, create and update leases in default" in said[0], said
+    a.release()

@@ -161,13 +161,8 @@ class WorkQueue:
             if ticket is not None:
                 ticket._expect(item)
                 state.next_run.append(ticket)
-            if state.queued:
+            if self._request(item, state):
                 self.merged += 1
-            elif state.computing is not None or len(state.completing) >= self.depth:
-                self.merged += 1
-                state.dirty = True
-            else:
-                self._enqueue(item, state)
 
     def _join(self, item: Item, ticket: Ticket, since: float, finished: bool) -> bool:
         """Give ``ticket`` to a run of ``item`` under way that started at or after ``since``;
@@ -184,6 +179,22 @@ class WorkQueue:
             ticket._expect(item)
             ticket._finish(last[1])
             return True
+        return False
+
+    def _busy(self, state: _State) -> bool:
+        """May no new run of the key start now? One is computing, or ``depth`` runs have
+        their writes in flight."""
+        return state.computing is not None or len(state.completing) >= self.depth
+
+    def _request(self, item: Item, state: _State) -> bool:
+        """One more run of ``item``: queued now if it may start, else once it may (dirty).
+        True if that merged into a run already queued or under way."""
+        if state.queued:
+            return True
+        if self._busy(state):
+            state.dirty = True
+            return True
+        self._enqueue(item, state)
         return False
 
     def _enqueue(self, item: Item, state: _State) -> None:
@@ -274,8 +285,7 @@ class WorkQueue:
 
     def _again(self, item: Item, state: _State) -> None:
         """Queue a key that is wanted again, once it may run."""
-        if (state.dirty or state.next_run) and not state.queued \
-                and state.computing is None and len(state.completing) < self.depth:
+        if (state.dirty or state.next_run) and not state.queued and not self._busy(state):
             self._enqueue(item, state)
 
     def close(self) -> None:
@@ -287,13 +297,7 @@ class WorkQueue:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, item = heapq.heappop(self._delayed)
-            state = self._states.setdefault(item, _State())
-            if state.queued:
-                continue
-            if state.computing is not None or len(state.completing) >= self.depth:
-                state.dirty = True
-            else:
-                self._enqueue(item, state)
+            self._request(item, self._states.setdefault(item, _State()))
 
     def _is_delayed(self, item: Item) -> bool:
         return any(entry[2] == item for entry in self._delayed)

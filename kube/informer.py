@@ -98,34 +98,34 @@ class Informer(Sink):
         longer hold that object (a delete found by a re-list carries the object's last
         resourceVersion, not the delete's). False if not reached within ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (self._reached(resource_version, obj, deleted)
-                       and (not deleted or not self.holds(obj))):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.stop.is_set():
-                    return False
-                self._changed.wait(left)
-        return True
+        return self._await(lambda: self._reached(resource_version, obj, deleted)
+                           and (not deleted or not self.holds(obj)), timeout)
 
     def wait_newer(self, namespace: str | None, name: str, than: str | None,
                    timeout: float) -> Obj | None:
         """The object once the store holds it at a version other than ``than`` (None: at
         any version), or None after ``timeout``: what someone else just wrote (a create or
         update refused with 409) usually arrives by the watch within milliseconds."""
-        if self.spec.metadata_only or self.store is None:
+        store = self.store
+        if self.spec.metadata_only or store is None:
             return None  # without its data the object can not be compared
-        deadline = time.monotonic() + timeout
+        found: list[Obj] = []
+
+        def newer() -> bool:
+            held = store.get(namespace, name) if self.synced else None
+            if held is not None and (than is None or held["metadata"].get(
+                    "resourceVersion") != than):
+                found.append(held)
+            return bool(found)
+
+        return found[0] if self._await(newer, timeout) else None
+
+    def _await(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for ``ready()``, asked again on every change of
+        the store; False if it never was (or the cache stopped)."""
         with self._changed:
-            while True:
-                held = self.store.get(namespace, name) if self.synced else None
-                rv = (held or {}).get("metadata", {}).get("resourceVersion")
-                if held is not None and (than is None or rv != than):
-                    return held
-                left = deadline - time.monotonic()
-                if left <= 0 or self.stop.is_set():
-                    return None
-                self._changed.wait(left)
+            return bool(self._changed.wait_for(lambda: ready() or self.stop.is_set(), timeout)
+                        and (not self.stop.is_set() or ready()))
 
     def holds(self, obj: Obj | None) -> bool:
         """Does the store hold this very object (same uid), at any version?"""

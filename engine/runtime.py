@@ -85,13 +85,10 @@ class EngineSettings:
         """``EVENTOP_CACHE_WAIT_SECONDS``, ``EVENTOP_ANSWER_WAIT_SECONDS`` and
         ``EVENTOP_RUN_ON_WATCH`` (true, false or leader); ValueError saying which and what
         is accepted for a value that is not."""
-        run_on_watch = os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip().lower()
-        leader = run_on_watch == "leader"
+        run_on_watch, leader = _run_on_watch(cls.run_on_watch)
         return cls(cache_wait=_seconds("EVENTOP_CACHE_WAIT_SECONDS", cls.cache_wait),
                    answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait),
-                   run_on_watch=leader or _switch("EVENTOP_RUN_ON_WATCH", cls.run_on_watch,
-                                                  also="leader"),
-                   leader_elect=leader)
+                   run_on_watch=run_on_watch, leader_elect=leader)
 
 
 def _seconds(name: str, default: float) -> float:
@@ -107,15 +104,19 @@ def _seconds(name: str, default: float) -> float:
     return value
 
 
-def _switch(name: str, default: bool, also: str = "") -> bool:
-    raw = os.environ.get(name, "").strip().lower()
+def _run_on_watch(default: bool) -> tuple[bool, bool]:
+    """``EVENTOP_RUN_ON_WATCH``: whether the watch starts runs, and whether only while
+    holding the Lease (``leader``)."""
+    raw = os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip().lower()
+    if raw == "leader":
+        return True, True
     if not raw:
-        return default
+        return default, False
     try:
-        return boolean(raw)
+        return boolean(raw), False
     except ArgumentTypeError:
-        choices = f"true, false or {also}" if also else "true or false"
-        raise ValueError(f"{name} must be {choices}, not {raw!r}") from None
+        raise ValueError(f"EVENTOP_RUN_ON_WATCH must be true, false or leader, "
+                         f"not {raw!r}") from None
 
 
 @dataclass
@@ -198,8 +199,8 @@ class Engine:
         self.queue.close()
         self.cache.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._campaign is not None:  # the lease handed back: another replica leads now
-            self._campaign.join(self.elector.retry_period + 10 if self.elector else 0)
+        if self._campaign is not None and self.elector is not None:
+            self._campaign.join(self.elector.retry_period + 10)  # the lease handed back
 
     def _initial_runs(self) -> None:
         """Every parent once its controller's caches synced: what happened while no router

@@ -41,7 +41,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import requests  # noqa: E402
 
 from bench.world import install_crds, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
@@ -49,6 +48,7 @@ from eventop.testing.processes import (  # noqa: E402
     RouterProcess,
     WatcherProcess,
     free_port,
+    metric_samples,
     wait_http,
 )
 
@@ -58,9 +58,7 @@ warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 
 
 def metric_sum(url: str, name: str) -> float:
-    text = requests.get(url, timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if re.match(rf"{name}(\{{| )", line))
+    return sum(value for _labels, value in metric_samples(url, name))
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -5,7 +5,6 @@ requests read from its ``/metrics``."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import requests  # noqa: E402
 import yaml  # noqa: E402
 
 from eventop.kube import Kube  # noqa: E402
 from eventop.kube.reflector import Reflector, Sink, Watched, WatchSettings  # noqa: E402
+from eventop.testing.processes import metric_samples  # noqa: E402
 
 
 def _shared() -> Path:
@@ -165,36 +164,21 @@ def wait_quiet(kube: Kube, timeout: float = 600.0) -> None:
 
 def kube_requests(router_url: str) -> dict[str, float]:
     """The router's API requests so far, by verb (its cache's watches left out)."""
-    text = requests.get(router_url + "/metrics", timeout=10).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r'eventop_kube_requests_total\{(.*)\} ([0-9.e+]+)$', line)
-        if m:
-            verb = re.search(r'verb="([^"]*)"', m.group(1))
-            if verb and verb.group(1) != "watch":
-                out[verb.group(1)] = out.get(verb.group(1), 0) + float(m.group(2))
-    return out
+    return {verb: n for verb, n in by_label(router_url, "eventop_kube_requests_total",
+                                            "verb").items() if verb != "watch"}
 
 
 def metric(router_url: str, name: str, **labels: str) -> float:
     """The sum of a counter of the router's over the series with these labels."""
-    text = requests.get(router_url + "/metrics", timeout=10).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(value for found, value in metric_samples(router_url + "/metrics", name)
+               if all(found.get(k) == v for k, v in labels.items()))
 
 
 def by_label(router_url: str, name: str, label: str) -> dict[str, float]:
     """A counter of the router's summed by the value of one of its labels."""
-    text = requests.get(router_url + "/metrics", timeout=10).text
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            value = re.search(label + r'="([^"]*)"', line)
-            key = value.group(1) if value else ""
-            out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    for found, value in metric_samples(router_url + "/metrics", name):
+        out[found.get(label, "")] = out.get(found.get(label, ""), 0) + value
     return out
 
 

@@ -11,6 +11,7 @@ pieces are importable for anything else:
 * :func:`replay`, :func:`recorded_changes`: recordings (``python -m eventop.watcher record``)
   replayed in order, shuffled or duplicated;
 * :class:`RouterProcess`, :class:`WatcherProcess`: the processes themselves;
+  :func:`metric_samples`: what their ``/metrics`` count (the API requests made, say);
 * :func:`eventually`, :func:`wait_until`: waiting for a converging cluster.
 
 For a handler's pure function, without any server, see :mod:`eventop.engine.testing`.
@@ -33,6 +34,7 @@ _EXPORTS = {
     "RouterProcess": "eventop.testing.processes",
     "WatcherProcess": "eventop.testing.processes",
     "free_port": "eventop.testing.processes",
+    "metric_samples": "eventop.testing.processes",
     "eventually": "eventop.testing.waiting",
     "wait_until": "eventop.testing.waiting",
 }

@@ -43,6 +43,19 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"{url} did not answer within {timeout}s: {last}")
 
 
+def metric_samples(url: str, name: str, timeout: float = 10.0
+                   ) -> list[tuple[dict[str, str], float]]:
+    """Every sample of metric ``name`` (``eventop_kube_requests_total``, say: the API
+    requests a router made) on a process's ``/metrics`` page ``url``, with its labels, read
+    by prometheus_client's own parser of the text format."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(url, timeout=timeout).text
+    return [(dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == name]
+
+
 class Process:
     """A ``python -m <module> ...`` child whose output goes to a log file.
 

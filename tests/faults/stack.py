@@ -15,7 +15,6 @@ the watch, never from a periodic resync papering over a loss.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ import requests
 import yaml
 
 from eventop.kube import Kube
-from eventop.testing.processes import RouterProcess, WatcherProcess, free_port
+from eventop.testing.processes import RouterProcess, WatcherProcess, free_port, metric_samples
 from eventop.testing.waiting import wait_until
 from tests.support.sinkproxy import SinkProxy
 from tests.support.tcpproxy import TcpProxy
@@ -38,19 +37,6 @@ WRITE_VERBS = {"apply", "create", "update", "patch", "delete"}
 # The test cluster's certificate is self-signed (insecure-skip-tls-verify): one warning per
 # request would bury the processes' own log lines.
 QUIET = {"PYTHONWARNINGS": "ignore:Unverified HTTPS request"}
-
-
-def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample of metric ``name`` in Prometheus text, with its labels."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            raw = line[len(name) + 1:line.rindex("}")]
-            out.append((dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', raw)),
-                        float(line.rsplit(" ", 1)[1])))
-        elif line.startswith(name + " "):
-            out.append(({}, float(line.rsplit(" ", 1)[1])))
-    return out
 
 
 class Cluster:
@@ -135,8 +121,8 @@ class Stack:
         return True
 
     def watcher_metric(self, name: str, **labels: str) -> float:
-        text = requests.get(f"http://127.0.0.1:{self.watcher_metrics}/metrics", timeout=5).text
-        return sum(v for found, v in samples(text, name)
+        return sum(v for found, v in metric_samples(
+                   f"http://127.0.0.1:{self.watcher_metrics}/metrics", name, timeout=5)
                    if all(found.get(k) == want for k, want in labels.items()))
 
     def watches_settled(self, quiet: float = 2.0, timeout: float = 60.0) -> bool:
@@ -160,9 +146,9 @@ class Stack:
 
     def writes(self) -> Counter[str]:
         """Successful writes the router made so far, per resource."""
-        text = requests.get(self.router.url + "/metrics", timeout=10).text
         out: Counter[str] = Counter()
-        for labels, value in samples(text, "eventop_kube_requests_total"):
+        for labels, value in metric_samples(self.router.url + "/metrics",
+                                            "eventop_kube_requests_total"):
             if labels.get("verb") in WRITE_VERBS and labels.get("code", "").startswith("2"):
                 out[labels.get("resource", "")] += int(value)
         return out

@@ -17,8 +17,8 @@ import yaml
 
 from demo.provider import RatesStandIn
 from eventop.kube import Kube
-from eventop.testing.processes import RouterProcess, WatcherProcess
-from tests.faults.stack import QUIET, converge, samples
+from eventop.testing.processes import RouterProcess, WatcherProcess, metric_samples
+from tests.faults.stack import QUIET, converge
 from tests.faults.workload import Workload
 from tests.install.support import REPO, kubectl, render
 
@@ -141,7 +141,4 @@ def test_router_and_watcher_do_their_job_on_their_own_serviceaccount_tokens(
 
 
 def _router_metrics(router: Any) -> list[tuple[dict[str, str], float]]:
-    import requests
-
-    return samples(requests.get(router.url + "/metrics", timeout=10).text,
-                   "eventop_kube_requests_total")
+    return metric_samples(router.url + "/metrics", "eventop_kube_requests_total")

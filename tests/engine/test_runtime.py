@@ -111,21 +111,14 @@ def test_the_first_event_of_a_change_the_watch_acted_on_costs_no_run_a_resync_do
 
 
 def test_without_runs_from_the_watch_only_events_start_runs(
-        local_kube: Any, kube: Any, counting: Counting) -> None:
-    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    eng = Engine([counting.ctl], kube, settings=EngineSettings(workers=1, run_on_watch=False))
-    eng.start()
-    try:
-        assert wait_until(lambda: eng.readiness()[0], 20) and eng.started.wait(20)
-        obj = local_kube.put(cm("quiet", {"v": "1"}))
-        informer = eng.cache.informer("v1", "ConfigMap")
-        assert informer is not None and wait_until(lambda: informer.holds(obj), 10)
-        time.sleep(0.3)
-        assert counting.runs == []
-        assert eng.submit(Event.for_object("add", obj))[0].wait(20)
-        assert counting.runs == ["quiet"]
-    finally:
-        eng.stop()
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    obj = local_kube.put(cm("quiet", {"v": "1"}))
+    informer = engine.cache.informer("v1", "ConfigMap")
+    assert informer is not None and wait_until(lambda: informer.holds(obj), 10)
+    time.sleep(0.3)
+    assert counting.runs == []
+    assert engine.submit(Event.for_object("add", obj))[0].wait(20)
+    assert counting.runs == ["quiet"]
 
 
 def test_of_several_replicas_only_the_lease_holders_watch_starts_runs(

@@ -177,11 +177,27 @@ class RealCluster(Cluster):
         self.world = self.kube.for_manager(self.FIELD_MANAGER)
         self.url = self.kube.host
         self.env = {"KUBECONFIG": kubeconfig}
+        self.install_crds(crds)
+
+    def install_crds(self, crds: Iterable[str | Path]) -> None:
+        """Apply CustomResourceDefinitions (files or folders) and wait until each is
+        Established and its kind can be listed (served, discovery included)."""
         for crd in load_crds(crds):
             self.world.apply(crd, force=True)
             name = crd["metadata"]["name"]
             self.wait_for(lambda name=name: self._established(name), 60,
                           f"CustomResourceDefinition {name} Established")
+            spec = crd["spec"]
+            version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+            api_version, kind = f"{spec['group']}/{version}", spec["names"]["kind"]
+            self.wait_for(lambda a=api_version, k=kind: self._lists(a, k), 60, f"{kind} served")
+
+    def _lists(self, api_version: str, kind: str) -> bool:
+        try:
+            self.world.list(api_version, kind)
+            return True
+        except Exception:  # not served yet: discovery or the list itself fails
+            return False
 
     def _established(self, name: str) -> bool:
         crd = self.kube.get_or_none("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from demo.provider import EUR_RATES, RatesStandIn
+from eventop.testing.cluster import load_crds
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -32,22 +32,8 @@ def pipeline_env(rates_url: str) -> dict[str, str]:
 @pytest.fixture
 def installed_crds(cluster_pipeline) -> list[str]:
     """Apply every CRD of crds/ (as the admin would) and wait until each is Established."""
-    world = cluster_pipeline.cluster.world
-    names = []
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc.get("kind") != "CustomResourceDefinition":
-            continue
-        world.apply(doc)
-        name = doc["metadata"]["name"]
-
-        def established(name: str = name) -> bool:
-            crd = world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-            return any(c["type"] == "Established" and c["status"] == "True"
-                       for c in (crd.get("status") or {}).get("conditions") or [])
-        cluster_pipeline.cluster.wait_for(established, what=f"{name} Established")
-        names.append(name)
-    return names
+    cluster_pipeline.cluster.install_crds([REPO / "crds"])
+    return [crd["metadata"]["name"] for crd in load_crds([REPO / "crds"])]
 
 
 def test_crds_apply_and_become_established(installed_crds):

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -23,19 +22,11 @@ Obj = dict[str, Any]
 @pytest.fixture
 def run(cluster_pipeline: Any) -> Iterator[dict[str, Any]]:
     world = cluster_pipeline.cluster.world
-    world.apply(yaml.safe_load((REPO / "crds" / "copyrules.yaml").read_text()))
+    cluster_pipeline.cluster.install_crds([REPO / "crds" / "copyrules.yaml"])
     run_id = uuid.uuid4().hex[:6]
     names = {k: f"eventop-copy-{run_id}-{k}" for k in ("src", "t1", "t2", "t3")}
     info = {"id": run_id, "ns": names, "rule": f"eventop-test-{run_id}",
             "label": {"eventop.dev/test-run": run_id}}
-
-    def rule_served() -> bool:
-        try:
-            world.list("eventop.dev/v1", "CopyRule")
-            return True
-        except Exception:
-            return False
-    cluster_pipeline.cluster.wait_for(rule_served, what="CopyRule served")
     try:
         yield info
     finally:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eventop.engine import PARENT_UID_LABEL
 from eventop.kube import Kube, KubeError, owner_reference
+from eventop.testing.cluster import RealCluster
 from tests.databases.test_objects import every_object
 
 pytestmark = pytest.mark.cluster
@@ -43,16 +43,7 @@ def wait_for(predicate: Any, what: str, timeout: float = 60) -> Any:
 
 @pytest.fixture
 def kube() -> Iterator[Kube]:
-    k = Kube.connect(kubeconfig=os.environ["EVENTOP_TEST_KUBECONFIG"])
-    for path in CRDS:
-        crd = yaml.safe_load(path.read_text())
-        k.apply(crd)
-        wait_for(lambda crd=crd: any(
-            c["type"] == "Established" and c["status"] == "True" for c in (k.get(
-                "apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                crd["metadata"]["name"]).get("status") or {}).get("conditions") or []),
-            f"{crd['metadata']['name']} Established")
-    yield k
+    yield RealCluster(os.environ["EVENTOP_TEST_KUBECONFIG"], CRDS).kube
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eventop.handlers.mirrors.build import Names
 from eventop.kube.errors import KubeError
@@ -38,15 +37,7 @@ def pipeline_env() -> dict[str, str]:
 
 
 def ensure_crd(pipe: Any) -> None:
-    crd = yaml.safe_load((REPO / "crds" / "registrymirrors.yaml").read_text())
-    pipe.cluster.world.apply(crd)
-
-    def established() -> bool:
-        got = pipe.cluster.world.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                                     crd["metadata"]["name"])
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (got.get("status") or {}).get("conditions") or [])
-    pipe.cluster.wait_for(established, what="CRD registrymirrors.eventop.dev Established")
+    pipe.cluster.install_crds([REPO / "crds" / "registrymirrors.yaml"])
 
 
 @pytest.fixture

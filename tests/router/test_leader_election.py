@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eventop.testing.waiting import wait_until
 
@@ -87,19 +86,8 @@ def test_the_lease_holders_watch_starts_runs_and_another_worker_takes_over_when_
 
 @pytest.fixture
 def real_pipeline(cluster_pipeline: Any) -> Iterator[Any]:
-    world = cluster_pipeline.cluster.world
-    world.apply(yaml.safe_load((REPO / "crds" / "copyrules.yaml").read_text()))
-    cluster_pipeline.cluster.wait_for(
-        lambda: _served(cluster_pipeline), 60, "CopyRule served")
+    cluster_pipeline.cluster.install_crds([REPO / "crds" / "copyrules.yaml"])
     yield cluster_pipeline
-
-
-def _served(pipe: Any) -> bool:
-    try:
-        pipe.cluster.kube.list("eventop.dev/v1", "CopyRule")
-        return True
-    except Exception:
-        return False
 
 
 @pytest.mark.cluster

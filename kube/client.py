@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client as k8s_client
 
 from eventop.kube import errors
-from eventop.kube.connection import configuration
+from eventop.kube.connection import api_client, configuration
 from eventop.kube.metrics import KUBE_REQUESTS, resource_label
 from eventop.kube.objects import kube_event, now_rfc3339, status_changed
 from eventop.kube.resources import Resource, ResourceTable
@@ -65,7 +65,7 @@ class Kube:
         ``url`` (or ``EVENTOP_KUBE_URL``) is a plain HTTP API server without auth, such as
         the local API server of ``make demo`` and the tests.
         """
-        return cls(k8s_client.ApiClient(configuration(kubeconfig, context, url)))
+        return cls(api_client(configuration(kubeconfig, context, url)))
 
     def for_manager(self, field_manager: str) -> Kube:
         """This client writing as ``field_manager``: one per handler, so that two handlers

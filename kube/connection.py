@@ -1,10 +1,11 @@
 """How eventop reaches the API server: the official client's configuration, loaded the way
 kubectl loads it, and tuned for a long-running controller (a bounded credential refresh, a
-connection per concurrent request, TCP keepalive)."""
+connection per concurrent request, one TLS context for all of them, TCP keepalive)."""
 
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
+from urllib3.util.ssl_ import create_urllib3_context
 
 from eventop.kube import errors
 
@@ -56,6 +58,41 @@ def configuration(kubeconfig: str | None = None, context: str | None = None,
     config.socket_options = tcp_keepalive_socket_options(idle=30, interval=10,
                                                                 count=3)
     return config
+
+
+def api_client(config: k8s_client.Configuration) -> k8s_client.ApiClient:
+    """The official client for ``config``, its connections sharing one TLS context.
+
+    urllib3, as the official client drives it, builds a TLS context for every new
+    connection and loads its trust store into it: the operating system's whole CA bundle
+    when the kubeconfig names no CA (or skips verification), measured at 16-19 ms of CPU
+    per connection against 1 ms for the handshake itself. A burst of writes opens a
+    connection per concurrent request, so a router cold after start paid that dozens of
+    times within a second, holding the GIL while its first copies waited. client-go builds
+    one ``tls.Config`` per transport; so does this: the same verification (CA, hostname,
+    client certificate), loaded once.
+    """
+    client = k8s_client.ApiClient(config)
+    if config.host.startswith("https:"):
+        pools = client.rest_client.pool_manager.connection_pool_kw
+        pools["ssl_context"] = tls_context(config)
+        for loaded in ("ca_certs", "ca_cert_data", "cert_file", "key_file"):
+            pools.pop(loaded, None)  # in the context already: not loaded per connection
+    return client
+
+
+def tls_context(config: k8s_client.Configuration) -> ssl.SSLContext:
+    """What urllib3 would build for each connection from ``config``, built once."""
+    verify = bool(config.verify_ssl)
+    context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE)
+    if verify:
+        if config.ssl_ca_cert or config.ca_cert_data:
+            context.load_verify_locations(cafile=config.ssl_ca_cert, cadata=config.ca_cert_data)
+        else:
+            context.load_default_certs()
+    if config.cert_file:
+        context.load_cert_chain(config.cert_file, config.key_file)
+    return context
 
 
 def _at_most_every(seconds: float, hook: Any) -> Any:

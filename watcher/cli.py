@@ -16,8 +16,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-import requests
-
 from eventop.cli import (
     PORT,
     ConfigError,
@@ -36,7 +34,7 @@ from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.reflector import WatchSettings
 from eventop.router.auth import bearer_header
-from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
+from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post, sink_session
 from eventop.watcher.specs import ResourceSpec, default_resources, parse_resources
 from eventop.watcher.watch import Watcher
 
@@ -317,8 +315,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[int, int]:
     accepted = 0
-    with requests.Session() as session:
-        session.headers.update(bearer_header())
+    with sink_session(sink, bearer_header()) as session:
         for item in items:
             if post(session, sink, item, policy).ok:
                 accepted += 1

@@ -43,6 +43,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -127,6 +128,27 @@ class Attempt:
     def sink_down(self) -> bool:
         """Did the sink as a whole fail (rather than a handler, on this event)?"""
         return not self.final and (self.status is None or self.status in SINK_STATUSES)
+
+
+def sink_session(sink: str, headers: dict[str, str] | None = None) -> requests.Session:
+    """A Session for posting to ``sink``, with what it takes from the environment read once.
+
+    By default requests reads the environment again for every request: the proxy variables,
+    ``~/.netrc`` (two file lookups) and the CA bundle variables. Measured, that was a quarter
+    of the watcher's CPU per posted event. The sink does not move while the watcher runs, so
+    its proxy (``HTTP_PROXY``, ``NO_PROXY``, ...) and an ``https`` sink's CA bundle
+    (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``) are resolved here, once; ``~/.netrc``
+    credentials are not used (the sink authenticates nothing the watcher sends but its
+    bearer token header).
+    """
+    session = requests.Session()
+    session.proxies = requests.utils.get_environ_proxies(sink)
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle and sink.lower().startswith("https:"):
+        session.verify = bundle
+    session.trust_env = False
+    session.headers.update(headers or {})
+    return session
 
 
 def attempt(session: requests.Session, sink: str, item: Outgoing,
@@ -301,8 +323,7 @@ class Deliverer:
         return None
 
     def _work(self) -> None:
-        session = requests.Session()
-        session.headers.update(self.headers)
+        session = sink_session(self.sink, self.headers)
         try:
             while True:
                 with self._cv:

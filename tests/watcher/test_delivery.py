@@ -248,3 +248,30 @@ def test_unavailable_api_is_retried_past_the_handler_error_limit(sink) -> None:
     with requests.Session() as s:
         result = post(s, sink.url, _item("a", 1), policy)
     assert result.ok and result.attempts == 5
+
+
+def test_the_sinks_proxy_comes_from_the_environment_read_once(
+        sink, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HTTP_PROXY`` and ``NO_PROXY`` still decide how the sink is reached, read when the
+    session is made: requests no longer reads the environment (and ``~/.netrc``) for every
+    event it posts."""
+    from eventop.watcher.delivery import sink_session
+
+    def no_netrc(_url: str) -> None:
+        raise AssertionError("~/.netrc looked up for a posted event")
+
+    monkeypatch.setattr(requests.sessions, "get_netrc_auth", no_netrc)
+    # Through the proxy (the sink plays it: it takes the absolute-URL request) to a host
+    # that does not resolve, as a sink behind an egress proxy would be.
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{sink.port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    proxied = sink_session("http://sink.invalid/")
+    monkeypatch.delenv("HTTP_PROXY")  # the session keeps what it read
+    assert post(proxied, "http://sink.invalid/", _item("a", 1), FAST).ok
+    # NO_PROXY names the sink: straight to it, past a proxy that is not there.
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    direct = sink_session(sink.url)
+    assert post(direct, sink.url, _item("b", 1), FAST).ok
+    assert [r.id for r in sink.accepted] == [_item("a", 1).event_id, _item("b", 1).event_id]

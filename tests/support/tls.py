@@ -46,7 +46,7 @@ def self_signed(directory: Path, name: str = "server") -> tuple[Path, Path]:
 class _Version(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         body = b'{"gitVersion": "v1.24.0-test"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

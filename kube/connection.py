@@ -68,7 +68,7 @@ def api_client(config: k8s_client.Configuration) -> k8s_client.ApiClient:
     when the kubeconfig names no CA (or skips verification), measured at 16-19 ms of CPU
     per connection against 1 ms for the handshake itself. A burst of writes opens a
     connection per concurrent request, so a router cold after start paid that dozens of
-    times within a second, holding the GIL while its first copies waited. client-go builds
+    times within a second, in its own process, while its first copies waited. client-go builds
     one ``tls.Config`` per transport; so does this: the same verification (CA, hostname,
     client certificate), loaded once.
     """

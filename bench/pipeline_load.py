@@ -41,7 +41,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
 from bench.world import install_crds, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import (  # noqa: E402

@@ -178,7 +178,8 @@ def by_label(router_url: str, name: str, label: str) -> dict[str, float]:
     """A counter of the router's summed by the value of one of its labels."""
     out: dict[str, float] = {}
     for found, value in metric_samples(router_url + "/metrics", name):
-        out[found.get(label, "")] = out.get(found.get(label, ""), 0) + value
+        key = found.get(label, "")
+        out[key] = out.get(key, 0) + value
     return out
 
 

@@ -46,6 +46,7 @@ from eventop.handlers.exchange_rates.desired import (
     base_of,
     check_spec,
     currency_of,
+    decided_at,
     desired,
     earlier_ones,
     is_converged,
@@ -74,7 +75,7 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
     meta = cr["metadata"]
     cm = reads.get(CONFIGMAP, meta["name"], meta["namespace"])
     answers = fetch.answers()
-    answer = answers.recent(base_of(cr), currency_of(cr))
+    answer = answers.recent(base_of(cr), currency_of(cr), not_before=decided_at(cr))
     if answer is None and not is_converged(cr, cm):
         answer = answers.fetch(base_of(cr), currency_of(cr))
     return desired(cr, cm, answer, now_rfc3339())

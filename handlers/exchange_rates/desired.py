@@ -133,6 +133,16 @@ def is_converged(cr: Obj, cm: Obj | None) -> bool:
             and data.get("rate") == status.get("rate"))
 
 
+def decided_at(cr: Obj) -> str:
+    """When the status of ``cr`` was last decided (RFC 3339; "" if never): its last
+    successful fetch, or the last change of its Ready condition, whichever is later. A
+    provider answer older than that is older than what the status already says."""
+    status = cr.get("status") or {}
+    ready = get_condition(status, "Ready") or {}
+    return max(str(status.get("lastSuccessfulFetch") or ""),
+               str(ready.get("lastTransitionTime") or ""))
+
+
 def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: str) -> Desired:
     """The ConfigMap and status for ``cr``, whose ConfigMap is ``cm`` (as cached), given the
     provider's ``answer`` (None: nothing new to write, the ExchangeRate is converged)."""

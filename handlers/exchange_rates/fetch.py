@@ -23,6 +23,11 @@ enough that an ExchangeRate changed after a failed refresh is not told of that f
 long. A run's own fetch is not kept: asking again on the next change is what a user who
 just fixed the network expects. All of it is per process and only an optimisation of the
 request count: a run that finds no answer asks for itself.
+
+Being per process, a kept answer can be older than what another process has already
+written in the ExchangeRate's status (another router replica or worker refreshed since, and
+the provider answered it otherwise). Such an answer is not used for that ExchangeRate
+(``not_before``): its run asks the provider itself rather than write back the older news.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import FrankfurterClient, ProviderError, Quote
+from eventop.kube import now_rfc3339
 
 #: Seconds a refresh's answers serve the runs it caused.
 TTL = 60.0
@@ -48,6 +54,8 @@ class Answer:
     asked: frozenset[str]
     result: Result
     at: float
+    #: When it came, as status records times (RFC 3339, seconds, UTC).
+    when: str
 
 
 class Answers:
@@ -67,14 +75,17 @@ class Answers:
         for base, currencies in sorted(wanted.items()):
             result = self._ask(base, currencies, deadline)
             with self._lock:
-                self._by_base[base] = Answer(frozenset(currencies), result, self.clock())
+                self._by_base[base] = Answer(frozenset(currencies), result, self.clock(),
+                                             now_rfc3339())
 
-    def recent(self, base: str, currency: str) -> Result | None:
-        """A refresh's answer for ``currency`` in ``base``, if one is fresh."""
+    def recent(self, base: str, currency: str, not_before: str = "") -> Result | None:
+        """A refresh's answer for ``currency`` in ``base``, if one is fresh and did not come
+        before ``not_before`` (an RFC 3339 time: when the ExchangeRate's status was last
+        decided, perhaps by another process)."""
         with self._lock:
             answer = self._by_base.get(base)
         if answer is None or currency not in answer.asked or \
-                self.clock() - answer.at >= self.ttl:
+                self.clock() - answer.at >= self.ttl or answer.when < not_before:
             return None
         return answer.result
 

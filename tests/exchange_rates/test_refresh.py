@@ -4,6 +4,7 @@ kind of provider failure leaving the last good ConfigMap alone."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -14,12 +15,13 @@ from demo.provider import answer
 from eventop import handlers
 from eventop.events import PING_TYPE, REFRESH_TYPE
 from eventop.handlers.events import Event
-from eventop.kube import Kube
+from eventop.kube import Kube, now_rfc3339, set_condition
 from tests.exchange_rates.support import (
     FIELD_MANAGER,
     NAMESPACE,
     Router,
     add,
+    assert_ok,
     base_url,
     configmap,
     configmap_writes,
@@ -31,7 +33,7 @@ from tests.exchange_rates.support import (
     refresh,
     warnings,
 )
-from tests.support.engine import deliver
+from tests.support.engine import deliver, wait_cached
 
 pytestmark = pytest.mark.usefixtures("rates_client", "finance")
 
@@ -96,6 +98,30 @@ def test_repeated_failure_does_not_rewrite_status_but_counts_the_event(
         first["metadata"]["resourceVersion"]
     (event,) = warnings(local_kube, "er")
     assert event["count"] == 3
+
+
+def test_an_answer_kept_from_before_another_replica_decided_the_status_is_not_written_back(
+        router: Router, local_kube: Any, kube: Kube, requests_mock: rm.Mocker) -> None:
+    """Each router process keeps its own refresh answers. This one refreshed while the
+    provider answered; another replica refreshed later, found the provider failing and
+    wrote Ready=False. A run here (this replica's watch sees that status write) must not
+    write its older answer back over the newer failure: it asks the provider itself."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    add(router, local_kube, exchange_rate("er", "USD"))
+    refresh(router)  # this process now keeps a successful answer for EUR
+    time.sleep(1.1)  # the other replica's refresh comes in a later second
+    stored = cr(local_kube, "er")
+    theirs = kube.patch_status(stored, {"conditions": set_condition(
+        stored["status"]["conditions"], "Ready", False, "ProviderUnavailable",
+        "server error 500, after 4 attempt(s)", now_rfc3339())})
+    wait_cached(router.engine, theirs)
+    requests_mock.get(base_url("EUR"), status_code=500, text="internal error")
+    asked = requests_mock.call_count
+
+    assert_ok(dispatch(router, Event.for_object("update", theirs)))
+    condition = ready(cr(local_kube, "er"))
+    assert (condition["status"], condition["reason"]) == ("False", "ProviderUnavailable")
+    assert requests_mock.call_count > asked  # asked the provider, not its kept answer
 
 
 # -- the scheduled refresh ---------------------------------------------------------------------

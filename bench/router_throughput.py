@@ -11,12 +11,19 @@ multiprocess metrics and the JSON log line. The bare app only reads the body and
 reported, with events per server CPU-second beside events/s (robust to other load). Target: the
 router handles at least 0.8 of the bare app's rate. Prints; asserts nothing.
 
+On a machine with two or more CPUs the server (every thread of the gunicorn master and its
+workers) runs on the first half of the CPUs and the client processes on the rest
+(``--no-pin`` turns this off). Sharing cores with its clients, a server is preempted at
+random points of a request and its CPU per event swung by +-10% from run to run (the bare app
+2,545-3,013 events per CPU-second on 2 cores within minutes); pinned, runs agree within 3%.
+
     .venv/bin/python bench/router_throughput.py [--seconds 4] [--rounds 3] [--clients 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -77,8 +84,10 @@ def cloudevent_headers(obj: dict[str, Any]) -> dict[str, str]:
 
 
 def _client(port: int, body: bytes, headers: dict[str, str], start_at: float, end_at: float,
-            index: int) -> tuple[int, int]:
+            index: int, cpus: set[int] | None) -> tuple[int, int]:
     """Post events until ``end_at``; count the 2xx answered within [start_at, end_at)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     ok = failed = n = 0
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     while True:
@@ -103,10 +112,10 @@ def _client(port: int, body: bytes, headers: dict[str, str], start_at: float, en
     return ok, failed
 
 
-def server_cpu_seconds(master: int) -> float:
-    """CPU time (user + system) used so far by a gunicorn master and its workers."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+def _server_stats(master: int) -> dict[int, list[str]]:
+    """``/proc/PID/stat`` fields (after the command name) of a gunicorn master and its
+    workers, by pid."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -116,23 +125,54 @@ def server_cpu_seconds(master: int) -> float:
         except OSError:
             continue
         if int(entry) == master or int(fields[1]) == master:  # fields[1]: parent pid
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+            found[int(entry)] = fields
+    return found
+
+
+def server_cpu_seconds(master: int) -> float:
+    """CPU time (user + system) used so far by a gunicorn master and its workers."""
+    total = sum(int(f[11]) + int(f[12]) for f in _server_stats(master).values())  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def pin_server(master: int, cpus: set[int]) -> None:
+    """Every thread of the master and its workers onto ``cpus`` (affinity is per thread,
+    and gunicorn's worker threads exist already)."""
+    for pid in _server_stats(master):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), cpus)
+
+
+def cpu_split(pin: bool) -> tuple[set[int], set[int]] | None:
+    """(server CPUs, client CPUs): the first half of this process's CPUs and the rest, or
+    None when not pinning (asked not to, one CPU, or no affinity on this platform)."""
+    if not pin or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
 
 
 def drive(port: int, master: int, clients: int, seconds: float, body: bytes,
-          headers: dict[str, str]) -> tuple[float, float, int]:
+          headers: dict[str, str], split: tuple[set[int], set[int]] | None
+          ) -> tuple[float, float, int]:
     """Run ``clients`` processes against ``port``.
 
     Returns (events/s, events per server CPU-second, failures). The second figure is what
     a busy machine distorts least: other load on the host lowers events/s, but hardly the
     CPU the server spends per event.
     """
+    if split:
+        pin_server(master, split[0])
     start_at = time.monotonic() + 1.0  # pool start-up and connection warm-up excluded
     end_at = start_at + seconds
     with multiprocessing.get_context("fork").Pool(clients) as pool:
-        pending = pool.starmap_async(_client, [(port, body, headers, start_at, end_at, i)
-                                               for i in range(clients)])
+        pending = pool.starmap_async(_client, [
+            (port, body, headers, start_at, end_at, i, split[1] if split else None)
+            for i in range(clients)])
         time.sleep(max(0.0, start_at - time.monotonic()))
         cpu_before = server_cpu_seconds(master)
         results = pending.get()
@@ -157,6 +197,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn workers (both apps)")
     parser.add_argument("--threads", type=int, default=32, help="threads per worker (both apps)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="server and clients on separate CPUs (default: yes, with >= 2)")
     parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -179,15 +221,19 @@ def main() -> None:
         router_process = RouterProcess(env, args.workers, cwd=REPO,
                                        extra_args=["--threads", str(args.threads)])
         servers["router"], ports["router"] = router_process, router_process.port
+        split = cpu_split(args.pin)
         print(f"router throughput: {args.workers} gunicorn workers x {args.threads} threads "
               f"(same for both apps), {args.clients} keep-alive clients, {args.seconds:g}s "
               f"per run, {len(body)}-byte ConfigMap event, {os.cpu_count()} CPUs")
+        print(f"  server on CPUs {sorted(split[0])}, clients on CPUs {sorted(split[1])}" if split
+              else "  not pinned: server and clients share the CPUs")
         rates: dict[str, list[float]] = {"bare": [], "router": []}
         per_cpu: dict[str, list[float]] = {"bare": [], "router": []}
         for r in range(args.rounds):
             for name in ("bare", "router"):
                 rate, efficiency, failures = drive(ports[name], servers[name].proc.pid,
-                                                   args.clients, args.seconds, body, headers)
+                                                   args.clients, args.seconds, body, headers,
+                                                   split)
                 rates[name].append(rate)
                 per_cpu[name].append(efficiency)
                 extra = f", {failures} failed requests" if failures else ""

@@ -139,8 +139,8 @@ def pin_server(master: int, cpus: set[int]) -> None:
     """Every thread of the master and its workers onto ``cpus`` (affinity is per thread,
     and gunicorn's worker threads exist already)."""
     for pid in _server_stats(master):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            for tid in os.listdir(f"/proc/{pid}/task"):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
                 os.sched_setaffinity(int(tid), cpus)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.world import cpu_seconds, process_tree  # noqa: E402
 from eventop.handlers import Event, on  # noqa: E402
 from eventop.testing.processes import Process, RouterProcess, free_port, wait_http  # noqa: E402
 
@@ -112,34 +113,15 @@ def _client(port: int, body: bytes, headers: dict[str, str], start_at: float, en
     return ok, failed
 
 
-def _server_stats(master: int) -> dict[int, list[str]]:
-    """``/proc/PID/stat`` fields (after the command name) of a gunicorn master and its
-    workers, by pid."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry) == master or int(fields[1]) == master:  # fields[1]: parent pid
-            found[int(entry)] = fields
-    return found
-
-
-def server_cpu_seconds(master: int) -> float:
-    """CPU time (user + system) used so far by a gunicorn master and its workers."""
-    total = sum(int(f[11]) + int(f[12]) for f in _server_stats(master).values())  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def pin_server(master: int, cpus: set[int]) -> None:
     """Every thread of the master and its workers onto ``cpus`` (affinity is per thread,
     and gunicorn's worker threads exist already)."""
-    for pid in _server_stats(master):
-        for tid in os.listdir(f"/proc/{pid}/task"):
+    for pid in process_tree(master):
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # a process that ended meanwhile
+            continue
+        for tid in threads:
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
                 os.sched_setaffinity(int(tid), cpus)
 
@@ -174,9 +156,9 @@ def drive(port: int, master: int, clients: int, seconds: float, body: bytes,
             (port, body, headers, start_at, end_at, i, split[1] if split else None)
             for i in range(clients)])
         time.sleep(max(0.0, start_at - time.monotonic()))
-        cpu_before = server_cpu_seconds(master)
+        cpu_before = cpu_seconds(master)
         results = pending.get()
-        cpu = server_cpu_seconds(master) - cpu_before
+        cpu = cpu_seconds(master) - cpu_before
     handled = sum(ok for ok, _ in results)
     return handled / seconds, handled / cpu if cpu else 0.0, sum(f for _, f in results)
 

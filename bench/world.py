@@ -212,9 +212,9 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) ``pid`` and its living descendants have used so far
-    (the router's gunicorn worker is a child of its master); 0 if it is gone."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its living descendants (the router's gunicorn worker is a child of its
+    master)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -222,15 +222,24 @@ def cpu_seconds(pid: int) -> float:
                 children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
-    total, todo = 0.0, [pid]
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) ``pid`` and its living descendants have used so far; 0
+    if it is gone."""
+    total = 0.0
+    for current in process_tree(pid):
         try:
             fields = _stat(current)
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-        todo += children.get(current, [])
     return total
 
 

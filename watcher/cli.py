@@ -34,7 +34,8 @@ from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.reflector import WatchSettings
 from eventop.router.auth import bearer_header
-from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post, sink_session
+from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
+from eventop.watcher.sink import SinkClient
 from eventop.watcher.specs import ResourceSpec, default_resources, parse_resources
 from eventop.watcher.watch import Watcher
 
@@ -315,9 +316,9 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[int, int]:
     accepted = 0
-    with sink_session(sink, bearer_header()) as session:
+    with SinkClient(sink, bearer_header()) as client:
         for item in items:
-            if post(session, sink, item, policy).ok:
+            if post(client, item, policy).ok:
                 accepted += 1
     return accepted, len(items)
 

@@ -54,13 +54,19 @@ class _Version(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self) -> None:  # a sink taking an event
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def log_message(self, *args: object) -> None:
         pass
 
 
 @contextmanager
 def tls_server(directory: Path) -> Iterator[TLSServer]:
-    """Answers every GET with a /version body, over TLS."""
+    """Answers every GET with a /version body and every POST with 200, over TLS."""
     cert, key = self_signed(directory)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
-import requests
 
 from eventop.events import to_cloudevent
 from eventop.testing.waiting import wait_until
@@ -16,6 +16,8 @@ from eventop.watcher.delivery import (
     RetryPolicy,
     post,
 )
+from eventop.watcher.sink import SinkClient
+from tests.support.tls import tls_server
 
 # Quick retries; a read timeout long enough that a slow answer on a loaded machine is not
 # taken for a hanging sink (which would deliver the event twice).
@@ -37,8 +39,8 @@ def _item(name: str, rv: int, change: str = "update") -> Outgoing:
 @pytest.mark.parametrize("status", [500, 503, 404, 408, 409, 429])
 def test_transient_answers_are_retried_until_accepted(sink, status: int) -> None:
     sink.fail(3, status)
-    with requests.Session() as s:
-        result = post(s, sink.url, _item("a", 1), FAST)
+    with SinkClient(sink.url) as s:
+        result = post(s, _item("a", 1), FAST)
     assert result.ok and result.attempts == 4
     assert sink.ids() == ["uid-a/1/update"]
 
@@ -47,15 +49,15 @@ def test_retry_after_is_honoured(sink) -> None:
     sink.fail(1, 429, retry_after="0")
     sink.fail(1, 503, retry_after="0.2")
     policy = RetryPolicy(Backoff(30.0, 30.0), timeout=(1.0, 1.0))  # backoff alone would wait
-    with requests.Session() as s:
-        result = post(s, sink.url, _item("a", 1), policy)
+    with SinkClient(sink.url) as s:
+        result = post(s, _item("a", 1), policy)
     assert result.ok and result.attempts == 3
 
 
 def test_hanging_sink_times_out_and_is_retried(sink) -> None:
     sink.hang(1)
-    with requests.Session() as s:
-        result = post(s, sink.url, _item("a", 1), HANG)
+    with SinkClient(sink.url) as s:
+        result = post(s, _item("a", 1), HANG)
     assert result.ok and result.attempts == 2
     assert sink.ids() == ["uid-a/1/update"]
 
@@ -64,8 +66,8 @@ def test_hanging_sink_times_out_and_is_retried(sink) -> None:
 def test_other_client_errors_are_given_up_loudly(sink, status: int,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     sink.fail(1, status)
-    with caplog.at_level(logging.ERROR, "eventop.watcher"), requests.Session() as s:
-        result = post(s, sink.url, _item("secret-thing", 7), FAST)
+    with caplog.at_level(logging.ERROR, "eventop.watcher"), SinkClient(sink.url) as s:
+        result = post(s, _item("secret-thing", 7), FAST)
     assert not result.ok and result.status == status and result.attempts == 1
     assert "uid-secret-thing/7/update" in caplog.text
     assert '"k"' not in caplog.text  # never the event data: it may be a Secret
@@ -73,8 +75,8 @@ def test_other_client_errors_are_given_up_loudly(sink, status: int,
 
 def test_bounded_attempts_give_up_on_a_dead_sink() -> None:
     policy = RetryPolicy(Backoff(0.01, 0.01), timeout=(0.5, 0.5), max_attempts=3)
-    with requests.Session() as s:
-        result = post(s, "http://127.0.0.1:9/", _item("a", 1), policy)
+    with SinkClient("http://127.0.0.1:9/") as s:
+        result = post(s, _item("a", 1), policy)
     assert not result.ok and result.attempts == 3 and result.status is None
 
 
@@ -245,33 +247,41 @@ def test_stop_after_the_drain_does_not_wait_for_a_hanging_post(sink) -> None:
 def test_unavailable_api_is_retried_past_the_handler_error_limit(sink) -> None:
     sink.fail(4, 503)
     policy = RetryPolicy(Backoff(0.01, 0.05), timeout=(1.0, 5.0), max_error_attempts=2)
-    with requests.Session() as s:
-        result = post(s, sink.url, _item("a", 1), policy)
+    with SinkClient(sink.url) as s:
+        result = post(s, _item("a", 1), policy)
     assert result.ok and result.attempts == 5
 
 
 def test_the_sinks_proxy_comes_from_the_environment_read_once(
         sink, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``HTTP_PROXY`` and ``NO_PROXY`` still decide how the sink is reached, read when the
-    session is made: requests no longer reads the environment (and ``~/.netrc``) for every
-    event it posts."""
-    from eventop.watcher.delivery import sink_session
-
-    def no_netrc(_url: str) -> None:
-        raise AssertionError("~/.netrc looked up for a posted event")
-
-    monkeypatch.setattr(requests.sessions, "get_netrc_auth", no_netrc)
+    """``HTTP_PROXY`` and ``NO_PROXY`` decide how the sink is reached, read when the client
+    is made, not for every event it posts."""
     # Through the proxy (the sink plays it: it takes the absolute-URL request) to a host
     # that does not resolve, as a sink behind an egress proxy would be.
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{sink.port}")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    proxied = sink_session("http://sink.invalid/")
-    monkeypatch.delenv("HTTP_PROXY")  # the session keeps what it read
-    assert post(proxied, "http://sink.invalid/", _item("a", 1), FAST).ok
+    proxied = SinkClient("http://sink.invalid/")
+    monkeypatch.delenv("HTTP_PROXY")  # the client keeps what it read
+    assert post(proxied, _item("a", 1), FAST).ok
     # NO_PROXY names the sink: straight to it, past a proxy that is not there.
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    direct = sink_session(sink.url)
-    assert post(direct, sink.url, _item("b", 1), FAST).ok
+    direct = SinkClient(sink.url)
+    assert direct.proxy is None
+    assert post(direct, _item("b", 1), FAST).ok
     assert [r.id for r in sink.accepted] == [_item("a", 1).event_id, _item("b", 1).event_id]
+
+
+def test_an_https_sink_is_verified_against_the_ca_bundle_named_in_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    once = RetryPolicy(Backoff(0.01, 0.01), timeout=(1.0, 5.0), max_attempts=1)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "REQUESTS_CA_BUNDLE",
+                 "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    with tls_server(tmp_path) as server:
+        untrusted = post(SinkClient(server.url() + "/"), _item("a", 1), once)
+        assert not untrusted.ok and untrusted.status is None
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.detail
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(server.ca))
+        assert post(SinkClient(server.url() + "/"), _item("a", 1), once).ok

@@ -223,7 +223,11 @@ class Deliverer:
         self.headers = dict(headers or {})
         self.workers = lanes
         self._capacity = threading.Semaphore(queue_size)
-        self._cv = threading.Condition()
+        # One lock, two conditions: workers wait for a key to post, join() for the drain, so
+        # that waking one worker (notify) can not be taken by a joiner instead.
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)
+        self._drained = threading.Condition(lock)
         self._events: dict[str, deque[Outgoing]] = {}  # key -> its events, oldest first
         self._tries: dict[str, int] = {}  # key -> failed attempts at its oldest event
         self._ready = ReadyKeys()
@@ -345,7 +349,14 @@ class Deliverer:
                     delay = min(att.retry_after, self.policy.max_retry_after)
                 heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._seq), key))
                 _log_retry(self.sink, item, att, tries, delay)
-            self._cv.notify_all()
+            if result is not None:
+                # One more key may start now (a slot of its kind, or this key's next event):
+                # one worker is enough, and this one will look again itself. Waking all of
+                # them made every delivery wake the idle ones to find nothing.
+                self._cv.notify()
+            else:
+                # A backoff or the sink's pause: the waiting workers' deadlines changed.
+                self._cv.notify_all()
         if result is not None:
             self._capacity.release()
             if self.on_result is not None:
@@ -369,6 +380,8 @@ class Deliverer:
         else:
             del self._events[key]
         self._pending -= 1
+        if not self._pending:
+            self._drained.notify_all()
         QUEUE_DEPTH.set(self._pending)
 
     # -- waiting and stopping ----------------------------------------------------------
@@ -376,12 +389,12 @@ class Deliverer:
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every submitted event is delivered or given up. False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cv:
+        with self._drained:
             while self._pending:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._cv.wait(remaining)
+                self._drained.wait(remaining)
         return True
 
     def stop(self, drain_seconds: float = 0.0, grace: float = 1.0) -> int:
@@ -399,6 +412,7 @@ class Deliverer:
             self._stop.set()
             left = self._pending
             self._cv.notify_all()
+            self._drained.notify_all()
         deadline = time.monotonic() + grace
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

@@ -242,10 +242,15 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
         return _json(body, status)
 
     def ignored(event: Event, info: dict[str, Any], start: float) -> Response:
+        # Most of a cluster's changes concern no handler (every ConfigMap and Secret comes
+        # through): counted by type and kind in eventop_events_total{outcome="ignored"}, and
+        # a line only at debug, as controller-runtime logs no line for a change that maps
+        # to no work. A line per event at info is for events a handler ran for.
         return finish(202, "ignored", info, start, {
             "id": event.id, "outcome": "ignored", "handlers": [],
             "detail": f"no handler registered for type {event.type!r}"
-                      + (f" and kind {info['kind']!r}" if info["kind"] else "")})
+                      + (f" and kind {info['kind']!r}" if info["kind"] else "")},
+            level=logging.DEBUG)
 
     def reject(status: int, outcome: str, message: str, known: dict[str, Any],
                start: float) -> Response:

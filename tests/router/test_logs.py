@@ -137,6 +137,26 @@ def test_one_structured_log_line_per_event_without_its_data(
 
 
 
+def test_an_event_no_handler_wants_gets_its_line_at_debug_not_info(
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Most of a cluster's changes concern no handler: counted, answered 202, and no line at
+    info (one per event would bury the lines of events a handler ran for)."""
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "regcred", "namespace": "default", "uid": "s",
+                           "resourceVersion": "1"}}
+    caplog.set_level(logging.INFO, logger="eventop")
+    assert post(client, binary(kube_event("add", secret))).status_code == 202
+    assert [r for r in caplog.records if r.name == "eventop.router"] == []
+    caplog.set_level(logging.DEBUG, logger="eventop")
+    assert post(client, binary(kube_event("add", secret))).status_code == 202
+    [line] = [r for r in caplog.records if r.name == "eventop.router"]
+    assert line.levelno == logging.DEBUG
+    assert line.getMessage().startswith("add Secret default/regcred: no handler wants it (202")
+    caplog.clear()
+    post(client, binary(kube_event("update", configmap("db", "team-b"))))
+    assert [r.levelno for r in caplog.records if r.name == "eventop.router"] == [logging.INFO]
+
+
 def test_rejected_event_is_logged_with_the_reason(
         client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="eventop")

@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.world import install_crds, remove  # noqa: E402
+from bench.world import install_crds, process_tree, remove  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import (  # noqa: E402
     RouterProcess,
@@ -67,14 +67,6 @@ def peak_rss_mb(pid: int) -> float:
         return 0.0
     match = re.search(r"VmHWM:\s+(\d+) kB", status)
     return int(match.group(1)) / 1024 if match else 0.0
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
-                for c in (t / "children").read_text().split()]
-    except OSError:
-        return []
 
 
 class CopyObserver:
@@ -166,7 +158,7 @@ def run(kubeconfig: str, seconds: float, rate: float, sources: int, targets: int
         while not sampling.wait(0.5):
             peaks["watcher"] = max(peaks["watcher"], peak_rss_mb(watcher.proc.pid))
             peaks["router master"] = max(peaks["router master"], peak_rss_mb(router.proc.pid))
-            for child in children(router.proc.pid):
+            for child in process_tree(router.proc.pid)[1:]:
                 peaks["router worker (largest)"] = max(peaks["router worker (largest)"],
                                                        peak_rss_mb(child))
     threading.Thread(target=sample, daemon=True).start()

@@ -32,7 +32,15 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from bench.world import QUIET, connect, diff, kube_requests, on_cluster, remove  # noqa: E402
+from bench.world import (  # noqa: E402
+    QUIET,
+    connect,
+    diff,
+    kube_requests,
+    on_cluster,
+    process_tree,
+    remove,
+)
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess  # noqa: E402
 
@@ -46,20 +54,6 @@ def rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return sorted(found)
 
 
 def make_world(kube: Kube, namespaces: int, configmaps: int) -> tuple[list[str], str]:
@@ -129,7 +123,7 @@ def measure(kubeconfig: str, workers: int, threads: int, expected: int) -> None:
             time.sleep(2.0)
         time.sleep(10.0)  # echoes, status, garbage
         spent = diff(kube_requests(router.url), {})
-        pids = [router.proc.pid, *children(router.proc.pid)]
+        pids = process_tree(router.proc.pid)
         sizes = {pid: rss(pid) for pid in pids}
         print(f"  {workers} worker(s) x {threads} threads: ready (caches synced) in {ready:.1f} s;"
               f" {count_copies(kube)}/{expected} copies")

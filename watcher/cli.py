@@ -193,8 +193,14 @@ def _policy(args: argparse.Namespace, max_attempts: int = 0) -> RetryPolicy:
 
 
 def _need_sink(args: argparse.Namespace) -> str:
+    """The sink's URL, checked as far as it can be before the first event: given, and
+    reachable through the proxy the environment names for it (if any)."""
     if not args.sink:
         raise ConfigError("no sink: pass --sink URL or set K_SINK (the router's URL)")
+    try:
+        SinkClient(str(args.sink)).close()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return str(args.sink)
 
 

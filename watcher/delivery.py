@@ -237,14 +237,20 @@ class Deliverer:
         self._gate_failures = 0
         self._busy: dict[str, int] = {}  # kind -> workers posting one of its events now
         self._threads: list[threading.Thread] = []
+        self._clients: list[SinkClient] = []
         self._pending = 0
         self._stop = threading.Event()
         self.delivered = 0
         self.refused = 0
 
     def start(self) -> Deliverer:
-        for i in range(self.workers):
-            t = threading.Thread(target=self._work, name=f"deliver-{i}", daemon=True)
+        """Start the workers; a sink that can not be posted to (a proxy of a scheme urllib3
+        does not speak) raises ``ValueError`` here, not in a worker where it would go
+        unseen."""
+        self._clients = [SinkClient(self.sink, self.headers) for _ in range(self.workers)]
+        for i, client in enumerate(self._clients):
+            t = threading.Thread(target=self._work, args=(client,), name=f"deliver-{i}",
+                                 daemon=True)
             t.start()
             self._threads.append(t)
         return self
@@ -303,8 +309,7 @@ class Deliverer:
         self._busy[kind] = self._busy.get(kind, 0) + 1
         return key
 
-    def _work(self) -> None:
-        client = SinkClient(self.sink, self.headers)
+    def _work(self, client: SinkClient) -> None:
         try:
             while True:
                 with self._cv:

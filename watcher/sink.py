@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import certifi
 import urllib3
-from requests.utils import get_environ_proxies
+from requests.utils import get_environ_proxies, prepend_scheme_if_needed
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from eventop import __version__
@@ -53,7 +53,11 @@ class Answer:
 
 
 class SinkClient:
-    """POSTs to one sink URL over kept-alive connections (``connections`` at most)."""
+    """POSTs to one sink URL over kept-alive connections (``connections`` at most).
+
+    Raises ``ValueError``, naming the variables to fix, for a proxy it can not use (a
+    ``socks5://`` one, a malformed one): said once at start, not at every event.
+    """
 
     def __init__(self, url: str, headers: dict[str, str] | None = None, *,
                  connections: int = 1) -> None:
@@ -62,20 +66,28 @@ class SinkClient:
         parts = urlsplit(url)
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         proxies = get_environ_proxies(url)
-        self.proxy = proxies.get(parts.scheme.lower()) or proxies.get("all") or None
+        proxy = proxies.get(parts.scheme.lower()) or proxies.get("all") or None
+        # "proxy:3128" means http://proxy:3128, as requests (and curl) read it.
+        self.proxy = prepend_scheme_if_needed(proxy, "http") if proxy else None
         tls = {}
         if parts.scheme.lower() == "https":
             tls = {"cert_reqs": "CERT_REQUIRED",
                    "ca_certs": (os.environ.get("REQUESTS_CA_BUNDLE")
                                 or os.environ.get("CURL_CA_BUNDLE") or certifi.where())}
-        manager: urllib3.PoolManager = (
-            urllib3.ProxyManager(self.proxy, maxsize=connections, block=False, **tls)
-            if self.proxy else urllib3.PoolManager(maxsize=connections, block=False, **tls))
+        try:
+            manager: urllib3.PoolManager = (
+                urllib3.ProxyManager(self.proxy, maxsize=connections, block=False, **tls)
+                if self.proxy else urllib3.PoolManager(maxsize=connections, block=False, **tls))
+            # Straight to the sink: its pool, asked for the path alone (the manager would
+            # parse the URL and look the pool up again for every event). Through a proxy,
+            # the manager writes the request for the proxy.
+            self._pool = None if self.proxy else manager.connection_from_url(url)
+        except ValueError as exc:  # urllib3's ProxySchemeUnknown, LocationValueError
+            where = f" through the proxy {self.proxy!r}" if self.proxy else ""
+            hint = (" (from HTTP_PROXY, HTTPS_PROXY or ALL_PROXY: use an http:// or https:// "
+                    "proxy, or name the sink's host in NO_PROXY)") if self.proxy else ""
+            raise ValueError(f"cannot post to the sink {url}{where}: {exc}{hint}") from None
         self._manager = manager
-        # Straight to the sink: its pool, asked for the path alone (the manager would parse
-        # the URL and look the pool up again for every event). Through a proxy, the manager
-        # writes the request for the proxy.
-        self._pool = None if self.proxy else manager.connection_from_url(url)
 
     def post(self, body: bytes, headers: dict[str, str],
              timeout: tuple[float, float]) -> Answer:

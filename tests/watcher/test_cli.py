@@ -110,6 +110,19 @@ def test_a_sink_that_is_not_an_http_url_is_refused_at_start(capsys) -> None:
         "https:// URL, not 'router:8080' (--help lists the options)\n")
 
 
+def test_a_proxy_the_watcher_can_not_use_is_one_line_at_start(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "socks5://proxy.example:1080")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert main(["emit", "x", "--sink", "http://router.example/"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("python -m eventop.watcher emit: error: cannot post to the sink "
+                          "http://router.example/ through the proxy "
+                          "'socks5://proxy.example:1080'")
+    assert "HTTP_PROXY, HTTPS_PROXY or ALL_PROXY" in err and "NO_PROXY" in err
+
+
 def _watcher(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("EVENTOP_", "K_SINK", "KUBECONFIG"))}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,28 @@ def test_the_sinks_proxy_comes_from_the_environment_read_once(
     assert direct.proxy is None
     assert post(direct, _item("b", 1), FAST).ok
     assert [r.id for r in sink.accepted] == [_item("a", 1).event_id, _item("b", 1).event_id]
+
+
+def test_a_proxy_given_without_a_scheme_is_taken_as_http(sink, monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """``HTTP_PROXY=host:port`` works, as it did through requests (and does with curl)."""
+    monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{sink.port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = SinkClient("http://sink.invalid/")
+    assert client.proxy == f"http://127.0.0.1:{sink.port}"
+    assert post(client, _item("a", 1), FAST).ok
+
+
+def test_a_deliverer_whose_proxy_can_not_be_used_refuses_to_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Said at start, in the caller's thread: inside a worker it would have stopped delivery
+    without a word."""
+    monkeypatch.setenv("HTTP_PROXY", "socks5://proxy.example:1080")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(ValueError, match=re.escape("through the proxy 'socks5://proxy.example:1080'")):
+        Deliverer("http://router.example/", lanes=2).start()
 
 
 def test_an_https_sink_is_verified_against_the_ca_bundle_named_in_the_environment(

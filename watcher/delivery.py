@@ -237,7 +237,7 @@ class Deliverer:
         self._gate_failures = 0
         self._busy: dict[str, int] = {}  # kind -> workers posting one of its events now
         self._threads: list[threading.Thread] = []
-        self._clients: list[SinkClient] = []
+        self._client: SinkClient | None = None
         self._pending = 0
         self._stop = threading.Event()
         self.delivered = 0
@@ -247,8 +247,9 @@ class Deliverer:
         """Start the workers; a sink that can not be posted to (a proxy of a scheme urllib3
         does not speak) raises ``ValueError`` here, not in a worker where it would go
         unseen."""
-        self._clients = [SinkClient(self.sink, self.headers) for _ in range(self.workers)]
-        for i, client in enumerate(self._clients):
+        # One pool for all workers (urllib3's pools are thread-safe), a connection each.
+        client = self._client = SinkClient(self.sink, self.headers, connections=self.workers)
+        for i in range(self.workers):
             t = threading.Thread(target=self._work, args=(client,), name=f"deliver-{i}",
                                  daemon=True)
             t.start()
@@ -310,22 +311,19 @@ class Deliverer:
         return key
 
     def _work(self, client: SinkClient) -> None:
-        try:
-            while True:
-                with self._cv:
-                    key = self._next_key()
-                    if key is None:
-                        return
-                    item = self._events[key][0]
-                    tries = self._tries.get(key, 0) + 1
-                try:
-                    att = attempt(client, item, self.policy)
-                except Exception as exc:  # never let a worker die: it would stall its keys
-                    log.exception("unexpected error delivering event %s", item.event_id)
-                    att = Attempt(False, False, None, "error", f"{type(exc).__name__}: {exc}")
-                self._settle(key, item, tries, att)
-        finally:
-            client.close()
+        while True:
+            with self._cv:
+                key = self._next_key()
+                if key is None:
+                    return
+                item = self._events[key][0]
+                tries = self._tries.get(key, 0) + 1
+            try:
+                att = attempt(client, item, self.policy)
+            except Exception as exc:  # never let a worker die: it would stall its keys
+                log.exception("unexpected error delivering event %s", item.event_id)
+                att = Attempt(False, False, None, "error", f"{type(exc).__name__}: {exc}")
+            self._settle(key, item, tries, att)
 
     def _settle(self, key: str, item: Outgoing, tries: int, att: Attempt) -> None:
         """Record one attempt's outcome: done, the key backs off, or everyone pauses."""
@@ -421,6 +419,9 @@ class Deliverer:
         deadline = time.monotonic() + grace
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        if self._client is not None:
+            # Idle connections close now; one a post still holds closes when that post ends.
+            self._client.close()
         if left:
             log.warning("stopping with %d events not delivered (they are sent again on the "
                         "next start, which lists every object)", left)

@@ -377,9 +377,13 @@ class Engine:
             # event. Waiting for it would end in a 503 retried forever; ask the API server
             # for the object's current version instead, as for a Reference-mode event.
             rv = None
-        if rv is None and informer.synced and informer.store is not None:
-            rv = self._current_version(informer.reflector.res, ref.namespace, ref.name)
         deleted = event.change == "delete"
+        if rv is None and informer.synced and informer.store is not None:
+            current = self._current_meta(informer.reflector.res, ref.namespace, ref.name)
+            if current is None:
+                deleted = True  # gone: the cache must not hold it any more (any uid)
+            else:
+                rv = str(current.get("resourceVersion") or "") or None
         if informer.matches(body) and not informer.wait_for(
                 rv, body, self.settings.cache_wait, deleted=deleted) \
                 and not (deleted and self._exists(ref)):
@@ -391,12 +395,18 @@ class Engine:
             if store is not None and informer.matches(body) else None
         return (held if held is not None else body), since
 
-    def _current_version(self, res: Any, namespace: str | None, name: str) -> str:
-        """A Reference-mode event says which object, not which version: the API server's
-        current resourceVersion (one quorum read) is what the cache must reach."""
+    def _current_meta(self, res: Any, namespace: str | None, name: str) -> Obj | None:
+        """A Reference-mode event says which object, not which version: the object's
+        metadata as the API server holds it now (one quorum read), None if it is gone.
+
+        The cache must reach the *object's* resourceVersion, not the list's: the list's is
+        the newest of the whole API server, which the watch of a kind nobody changes reaches
+        only with a bookmark (minutes apart on v1.24), so every such event would wait out
+        ``cache_wait`` and be answered 503."""
         page = next(self.kube.pages(res, namespace, field_selector=name_selector(name),
                                     limit=1, metadata_only=True))
-        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+        items = page.get("items") or []
+        return (items[0].get("metadata") or {}) if items else None
 
     def _exists(self, ref: Any) -> bool:
         """A delete the cache never sees: does the object (that uid) still exist? Then the

@@ -17,8 +17,14 @@ from eventop.kube import errors
 _NOT_IN_NAMES = ("/", "%", "?", "#")
 
 
+def is_path_segment(value: str) -> bool:
+    """Can an object have this name or namespace? (What the API server refuses in any name,
+    plus what would end the path of a URL; kinds refuse more, each its own way.)"""
+    return value not in (".", "..") and not any(c in value for c in _NOT_IN_NAMES)
+
+
 def _segment(what: str, value: str) -> str:
-    if value in (".", "..") or any(c in value for c in _NOT_IN_NAMES):
+    if not is_path_segment(value):
         raise errors.NotFound(f"no object can have the {what} {value!r}: Kubernetes names "
                               "never contain '/', '%', '?' or '#', nor are '.' or '..'",
                               reason="NotFound")

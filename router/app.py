@@ -320,8 +320,11 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                           results=results)
         for o in failed:
             err = o.error
+            # An unavailable API server (or a cache behind it) is a condition, not a bug: its
+            # message says it all, and a traceback per retried event would bury the log.
+            trace = err is not None and not isinstance(err, Unavailable)
             log.error("handler %s failed on event %s: %s", o.handler, event.id, o.detail,
-                      exc_info=(type(err), err, err.__traceback__) if err else None,
+                      exc_info=(type(err), err, err.__traceback__) if trace else None,
                       extra={"fields": {**info, "handler": o.handler}})
         unavailable = all(isinstance(o.error, Unavailable) for o in failed)
         status, outcome = (503, "unavailable") if unavailable else (500, "error")

@@ -32,6 +32,7 @@ from dateutil.parser import isoparse
 
 from eventop.events import RESOURCE_PREFIX, is_kube_type
 from eventop.handlers.events import Event
+from eventop.kube.resources import is_path_segment
 
 REQUIRED = ("id", "source", "type", "specversion")
 CORE = frozenset({*REQUIRED, "datacontenttype", "dataschema", "subject", "time"})
@@ -336,6 +337,13 @@ def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
                    if not data.get(f) and not event.extensions.get(ext)]
         raise BadEvent(400, f"Reference-mode data must name the object: missing "
                             f"{', '.join(missing)}", known)
+    ref = event.ref
+    if ref is not None:
+        for what, value in (("name", ref.name), ("namespace", ref.namespace)):
+            if value is not None and not is_path_segment(value):
+                raise BadEvent(400, f"no Kubernetes object can have the {what} {value!r} "
+                                    "(names never contain '/', '%', '?' or '#', nor are '.' "
+                                    "or '..')", known)
 
 
 _META_STRINGS = ("namespace", "uid", "resourceVersion", "deletionTimestamp", "creationTimestamp")

@@ -258,6 +258,56 @@ def test_an_event_with_a_resource_version_no_api_server_writes_waits_for_the_cur
     assert counting.runs == ["g"]
 
 
+def service(name: str) -> Obj:
+    """An object of a kind the engine does not cache (a Namespace would not do: the local
+    API server, as the root-CA publisher, puts a ConfigMap into each)."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": {"ports": [{"port": 80}]}}
+
+
+def ref_event(change: str, obj: Obj) -> Event:
+    """A Reference-mode event (Knative ApiServerSource ``mode: Reference``): no version."""
+    meta = obj["metadata"]
+    return Event(id=f"ref-{meta['name']}-{change}", type=f"dev.knative.apiserver.ref.{change}",
+                 source="test", data={"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                                      "name": meta["name"], "namespace": meta.get("namespace")})
+
+
+def as_real_bookmarks(local_kube: Any) -> None:
+    """Bookmarks as rare as a real v1.24 API server's (about one per watch, near its end):
+    the local one's default of one a second would hide a wait for a version that only a
+    bookmark brings. (The watches' bookmark already due comes first.)"""
+    local_kube.bookmark_interval = 3600.0
+    time.sleep(1.2)
+
+
+def test_a_reference_mode_event_waits_for_its_objects_version_not_the_api_servers(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    as_real_bookmarks(local_kube)
+    obj = local_kube.put(cm("r", {"v": "1"}))
+    # Changes of a kind this engine does not cache: the API server's newest resourceVersion
+    # moves on, which the ConfigMap watch never sees (no bookmark in between)
+    for i in range(3):
+        local_kube.put(service(f"x{i}"))
+    engine.settings = EngineSettings(workers=1, cache_wait=2.0)
+    ticket, _notes = engine.submit(ref_event("update", obj))  # no CacheBehind (a 503)
+    assert ticket.wait(20) and ticket.results[("counting", Key(NS, "r"))].ok
+    assert counting.runs == ["r"]
+
+
+def test_a_reference_mode_event_of_an_object_that_is_gone_waits_only_for_the_cache_to_drop_it(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    obj = local_kube.put(cm("s", {"v": "1"}))
+    assert wait_until(lambda: submit(engine, "add", obj).wait(20), 20)
+    as_real_bookmarks(local_kube)
+    local_kube.remove("v1", "ConfigMap", "s", NS)
+    local_kube.put(service("y0"))
+    engine.settings = EngineSettings(workers=1, cache_wait=2.0)
+    ticket, _notes = engine.submit(ref_event("delete", obj))
+    assert ticket.wait(20)
+    assert engine.cache.informer("v1", "ConfigMap").store.get(NS, "s") is None
+
+
 def test_the_cache_relists_after_the_watch_history_expired(
         engine: Engine, local_kube: Any) -> None:
     kept = local_kube.put(cm("kept"))

@@ -194,13 +194,19 @@ def test_handler_exception_is_500_naming_event_and_handler_and_others_still_run(
 
 
 def test_handler_reporting_api_unavailable_is_503_so_the_sender_retries(
-        client: FlaskClient) -> None:
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="eventop")
     resp = post(client, binary(cloudevent("test.unavailable", {}, id_="down-1")))
     assert resp.status_code == 503
     body = resp.get_json()
     assert body["outcome"] == "unavailable"
     assert body["error"].startswith("event down-1: handler(s) failed: ")
     assert "api_down: Unavailable: Kubernetes API unreachable (test)" in body["error"]
+    # one line saying what is unavailable, no traceback (it is a condition, not a bug)
+    [failure] = [r for r in caplog.records if r.levelno == logging.ERROR
+                 and r.getMessage().startswith("handler ")]
+    assert "Kubernetes API unreachable (test)" in failure.getMessage()
+    assert failure.exc_info is None
 
 
 

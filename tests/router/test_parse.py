@@ -183,6 +183,23 @@ def test_reference_mode_data_without_a_name_is_rejected(client: FlaskClient) -> 
 
 
 
+@pytest.mark.parametrize(("mode", "data", "what"), [
+    ("ref", {"apiVersion": "v1", "kind": "ConfigMap", "name": "cfg", "namespace": "x?y"},
+     "namespace 'x?y'"),
+    ("ref", {"apiVersion": "v1", "kind": "ConfigMap", "name": "..", "namespace": "a"},
+     "name '..'"),
+    ("resource", {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "a/status", "namespace": "a"}}, "name 'a/status'"),
+])
+def test_an_object_name_no_kubernetes_object_can_have_is_rejected_not_retried(
+        client: FlaskClient, mode: str, data: dict[str, Any], what: str) -> None:
+    # Answered 400 (final), not 503 (the sender would retry a request no API server answers)
+    headers = ce_headers(ce_type=f"dev.knative.apiserver.{mode}.add")
+    resp = client.post("/", headers=headers, data=json.dumps(data))
+    assert resp.status_code == 400
+    assert resp.get_json()["error"].startswith(f"no Kubernetes object can have the {what}")
+
+
 def test_time_that_is_not_a_timestamp_is_rejected(client: FlaskClient) -> None:
     resp = client.post("/", headers=ce_headers(ce_time="yesterday"), data=b"{}")
     assert resp.status_code == 400

@@ -44,6 +44,9 @@ class RunResult:
     status_written: bool = False
     #: Some write lost a race: run again soon (with backoff), whatever the events say.
     retry: bool = False
+    #: The status was computed before this run's writes (a value, not a function of the
+    #: outcome): a run reading the cache that holds them may find another one.
+    status_before_writes: bool = False
     notes: list[Note] = field(default_factory=list)
 
 
@@ -101,7 +104,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         outcome = execute(the_plan, writer, parent, submit=submit, inflight=pipeline.inflight,
                           prior=prior, dispatched=pipeline.dispatched)
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
-                       desired.requeue_after, retry=outcome.retry)
+                       desired.requeue_after, retry=outcome.retry,
+                       status_before_writes=bool(outcome.writes) and isinstance(
+                           desired.status, dict))
     status = desired.status_for(outcome)
     overtaken = False
     if pipeline is not None:

@@ -165,6 +165,8 @@ class Engine:
         self._seen: dict[Item, _Seen] = {}
         #: Runs to check their parent with the API server first (see _parent_gone).
         self._verify: set[Item] = set()
+        #: Keys whose last run was the one more run after writes (see ``_work``).
+        self._followed: set[Item] = set()
         self._conflicts: dict[str, set[str]] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -472,8 +474,8 @@ class Engine:
             start = time.perf_counter()
             released: list[bool] = []
             try:
-                detail, retry, requeue = self._run(self.controllers[name], key, before, end,
-                                                   released)
+                detail, retry, requeue, again = self._run(self.controllers[name], key, before,
+                                                          end, released)
                 result = Result(item, True, detail, None, time.perf_counter() - start)
                 RUNS.labels(name, "ok").inc()
                 if retry:
@@ -482,6 +484,15 @@ class Engine:
                     self.queue.forget(item)
                 if requeue:
                     self.queue.add_after(item, requeue)
+                if again and item not in self._followed:
+                    # The status was worked out before the writes, and their echoes cost no
+                    # run: one more run, over the cache that now holds what was written,
+                    # brings it up to date. Once only, so a function that writes on every
+                    # run (a field the API server keeps rewriting) can not loop.
+                    self._followed.add(item)
+                    self.queue.add(item)
+                else:
+                    self._followed.discard(item)
             except Exception as exc:
                 delay = self.queue.retry(item)
                 RUNS.labels(name, "error").inc()
@@ -500,7 +511,8 @@ class Engine:
                     del self._ends[item]
 
     def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
-             end: threading.Event, released: list[bool]) -> tuple[str, bool, float | None]:
+             end: threading.Event, released: list[bool]
+             ) -> tuple[str, bool, float | None, bool]:
         """One run of ``key``; ``before`` is set when the run before it has finished,
         ``end`` is set by the caller when this one has; ``released`` gets True once this
         run's writes are sent and the next run of the key may start."""
@@ -516,7 +528,7 @@ class Engine:
             if parent is not None and not parent["metadata"].get("deletionTimestamp") \
                     and self._parent_gone(ctl, key, parent):
                 return (f"{key}: a child was deleted and {ctl.parent.kind} {key} is gone or "
-                        "going (asked the API server): nothing to restore"), False, None
+                        "going (asked the API server): nothing to restore"), False, None, False
         seen = fingerprint(parent) if parent is not None else ""
 
         def settle() -> Obj | None:
@@ -543,4 +555,5 @@ class Engine:
         else:
             self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
-        return f"{key}: {result.summary}", result.retry, result.requeue_after
+        return (f"{key}: {result.summary}", result.retry, result.requeue_after,
+                result.status_before_writes)

@@ -308,6 +308,55 @@ def test_a_reference_mode_event_of_an_object_that_is_gone_waits_only_for_the_cac
     assert engine.cache.informer("v1", "ConfigMap").store.get(NS, "s") is None
 
 
+def test_a_status_worked_out_before_the_runs_writes_is_brought_up_to_date_by_one_more_run(
+        local_kube: Any, kube: Any) -> None:
+    # The status says what the run saw before writing; the echo of its write costs no run,
+    # so without one more run it would say "no child yet" until something else changed.
+    ctl = Controller("follow", parent="eventop.dev/v1/CopyRule", owns=["v1/ConfigMap"],
+                     registry=Registry(), module="tests.engine")
+    runs: list[str] = []
+
+    @ctl.reconcile
+    def desired(rule: Obj, reads: Any) -> Desired:
+        seen = reads.get("v1/ConfigMap", "follow-child", NS) is not None
+        runs.append("saw the child" if seen else "no child yet")
+        return Desired([{"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "follow-child", "namespace": NS}}],
+                       status={"lastError": "saw the child" if seen else "no child yet"})
+
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=1, cache_wait=5.0,
+                                                       run_on_watch=False))
+    eng.start()
+    try:
+        assert wait_until(lambda: eng.readiness()[0], 20), eng.readiness()
+        assert eng.started.wait(20) and wait_until(eng.queue.idle, 20)  # first runs done
+        rule = local_kube.put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                               "metadata": {"name": "follow"},
+                               "spec": {"ruleType": "configmap", "namespaces": [NS],
+                                        "selector": {"matchLabels": {"a": "b"}}}})
+        ticket, _notes = eng.submit(Event.for_object("add", rule))
+        assert ticket.wait(20)
+        assert wait_until(lambda: (local_kube.get("eventop.dev/v1", "CopyRule", "follow")
+                                   .get("status") or {}).get("lastError") == "saw the child",
+                          10), runs
+        assert wait_until(eng.queue.idle, 10)
+        assert runs == ["no child yet", "saw the child"]  # one more run, not a loop
+        # A function that writes on every run (here: a counter) gets one more run per
+        # event too, and then stops: the runs after writes do not chain.
+        ctl.reconcile_fn = lambda rule, reads: (runs.append("writes again") or Desired(
+            [{"apiVersion": "v1", "kind": "ConfigMap", "data": {"n": str(len(runs))},
+              "metadata": {"name": "follow-child", "namespace": NS}}],
+            status={"lastError": f"run {len(runs)}"}))
+        changed = local_kube.put({**rule, "spec": {**rule["spec"], "namespaces": ["other"]}})
+        ticket, _notes = eng.submit(Event.for_object("update", changed))
+        assert ticket.wait(20) and wait_until(eng.queue.idle, 10)
+        time.sleep(0.5)
+        assert runs[2:] == ["writes again", "writes again"]
+    finally:
+        eng.stop()
+
+
 def test_the_cache_relists_after_the_watch_history_expired(
         engine: Engine, local_kube: Any) -> None:
     kept = local_kube.put(cm("kept"))

@@ -13,11 +13,10 @@ whose spec can not be acted on: :class:`SpecError`), ``reads`` (cached reads),
 ``plan`` (what to write, pure), ``write`` (writing it), ``run`` (one run), ``testing``.
 """
 
-from eventop.engine.controller import Controller
+from eventop.engine.controller import PARENT_UID_LABEL, Controller
 from eventop.engine.desired import Child, Conflict, Desired, Note, Outcome, WriteError
 from eventop.engine.invalid import SpecError
 from eventop.engine.kinds import Key, Kind
-from eventop.engine.plan import PARENT_UID_LABEL
 from eventop.engine.reads import NotCached, Reads, UndeclaredKind
 
 __all__ = ["PARENT_UID_LABEL", "Child", "Conflict", "Controller", "Desired", "Key", "Kind",

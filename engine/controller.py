@@ -49,6 +49,9 @@ MapFn = Callable[[Obj, "Reads"], MapResult]
 TriggerFn = Callable[["Event", "Reads"], MapResult]
 
 FINALIZER_DOMAIN = "eventop.dev"
+#: Marks a child that is not owned (``Child(owned=False)``: it outlives its parent) as the
+#: child of the parent of this uid.
+PARENT_UID_LABEL = "eventop.dev/parent-uid"
 
 
 class Controller:
@@ -195,11 +198,17 @@ class Controller:
         if (api_version, kind) == self.parent.key:
             keys.add(Key.of(obj))
         if any(k.key == (api_version, kind) for k in self.owns):
+            meta = obj.get("metadata") or {}
+            ns = meta.get("namespace") or ""
             owner = _controller_ref(obj)
             if (owner is not None and owner.get("apiVersion") == self.parent.api_version
                     and owner.get("kind") == self.parent.kind):
-                ns = (obj.get("metadata") or {}).get("namespace") or ""
                 keys.add(Key(ns if parent_namespaced else "", str(owner.get("name"))))
+            uid = (meta.get("labels") or {}).get(PARENT_UID_LABEL)
+            if uid:  # a child that outlives its parent (no ownerReference): its label
+                keys.update(Key.of(p) for p in reads.list(
+                    self.parent, ns if parent_namespaced and ns else None)
+                    if (p.get("metadata") or {}).get("uid") == uid)
         mapper = self.mappers.get((str(api_version), str(kind)))
         if mapper is not None:
             keys.update(_to_key(item) for item in mapper[1](obj, reads) or ())

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eventop.engine.controller import Controller
+from eventop.engine.controller import PARENT_UID_LABEL, Controller
 from eventop.engine.desired import Child, Conflict, Desired
 from eventop.engine.reads import Reads
 from eventop.kube.objects import owner_reference
@@ -24,8 +24,6 @@ from eventop.kube.objects import owner_reference
 Obj = dict[str, Any]
 Verb = Literal["create", "apply", "replace", "recreate", "delete"]
 
-#: Marks a child that is not owned (``Child(owned=False)``) as this parent's (by uid).
-PARENT_UID_LABEL = "eventop.dev/parent-uid"
 _NOT_CONTENT = frozenset({"apiVersion", "kind", "metadata", "status"})
 
 

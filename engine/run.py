@@ -121,7 +121,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     result.notes = notes if result.status_written or (status is None and not overtaken) \
         else [n for n in notes if n.every_run]
     if ctl.conflict_events and seen_conflicts is not None:
-        result.notes += _new_conflicts(ctl, parent, outcome, seen_conflicts.setdefault(uid, set()))
+        seen = seen_conflicts.setdefault(uid, set())
+        result.notes += _new_conflicts(ctl, parent, outcome, seen)
+        result.notes += _new_refusals(outcome, seen)
     for note in result.notes:
         writer.post_event(parent, note)
     if deleting and desired.done and not outcome.errors:
@@ -142,6 +144,22 @@ def _call(ctl: Controller, fn: Callable[[Obj, Reads], Desired], parent: Obj,
     return desired
 
 
+_REFUSED = "refused: "  # how a refusal is remembered beside the conflicts
+
+
+def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
+    """A Warning Event per write the API server refused that this process has not reported
+    for this parent yet (with the API server's reason: an invalid quantity, a quota...).
+    Reported again once it was accepted and then refused anew."""
+    current = {f"{_REFUSED}{e}" for e in outcome.errors}
+    notes = [Note("Warning", "WriteRefused", f"the API server refused to {e}: fix what it "
+                  "names in the spec; it is tried again when something changes")
+             for e in outcome.errors if f"{_REFUSED}{e}" not in seen]
+    seen.difference_update({s for s in seen if s.startswith(_REFUSED)} - current)
+    seen.update(current)
+    return notes
+
+
 def _new_conflicts(ctl: Controller, parent: Obj, outcome: Outcome, seen: set[str]) -> list[Note]:
     """A Warning Event per conflict this process has not reported for this parent yet."""
     notes = []
@@ -152,6 +170,6 @@ def _new_conflicts(ctl: Controller, parent: Obj, outcome: Outcome, seen: set[str
             notes.append(Note("Warning", "ChildConflict",
                               f"{label} {conflict.reason}: left unchanged. Delete or rename it "
                               f"to let {ctl.name} create its own."))
-    seen.intersection_update(current)
+    seen.difference_update({s for s in seen if not s.startswith(_REFUSED)} - current)
     seen.update(current)
     return notes

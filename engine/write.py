@@ -223,6 +223,9 @@ def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
             else ""
         where = f"{action.namespace}/{action.name}" if action.namespace else action.name
         log.info("%s %s %s%s", done, action.kind, where, why)
+    elif category == "errors":
+        log.warning("the API server refused to %s: %s (left as it is until something "
+                    "changes)", action.verb, value)
     return category, value
 
 

@@ -96,7 +96,8 @@ def desired(result: Plan, observed: Observed) -> Desired:
     return Desired(
         children=children, prune=result.children is not None,
         status=result.status,
-        events=[Note(kind, reason, message) for kind, reason, message in result.events],
+        events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
+                for kind, reason, message in result.events],
         delete=list(result.deletions),
         requeue_after=result.requeue_after, done=result.finalize)
 

@@ -66,6 +66,11 @@ class Plan:
     requeue_after: float | None = None
 
 
+#: Events about something the run itself does (not a state it reports): posted by that run
+#: even though the status stays the same (else they would only come with a status change).
+ACTION_EVENTS = frozenset({"CredentialsRecreated"})
+
+
 def plan(db: Obj, observed: Observed, new_password: Callable[[], str]) -> Plan:
     """The Database's children, status and Events for this moment."""
     from eventop.handlers.databases import deletion
@@ -194,11 +199,12 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
                 "False", "DowngradeRefused",
                 f"spec.version {spec.version} is lower than the running {version}: PostgreSQL "
                 f"can not open a newer data directory with older binaries; set spec.version "
-                f"back to {version.major} or higher (or restore a backup into a new Database)")
+                f"back to {version} or higher (or restore a backup into a new Database)")
         else:
             step = _upgrade(spec, observed, (version, image), facts)
     else:
-        facts.progressing = ("False", "Stable", f"PostgreSQL {version} serves")
+        facts.progressing = ("False", "Stable",
+                             f"PostgreSQL {version}, as spec.version asks: no upgrade under way")
     version, image = step.serve
     built, built_image = step.build
     serving_sts = observed.statefulset(version.major)

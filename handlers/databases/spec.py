@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import total_ordering
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 from eventop.engine import SpecError
 from eventop.handlers.databases.schedule import ScheduleError, normalize
@@ -135,6 +138,8 @@ def parse_spec(db: Obj) -> DatabaseSpec:
     storage = spec.get("storage") or {}
     if not storage.get("size"):
         raise SpecError("spec.storage.size is required (e.g. 10Gi)", reason="InvalidStorage")
+    size(storage["size"], "spec.storage.size")
+    _check_resources(spec.get("resources") or {})
     backup = spec.get("backup") or {}
     schedule = str(backup.get("schedule") or DEFAULT_SCHEDULE)
     try:
@@ -142,6 +147,8 @@ def parse_spec(db: Obj) -> DatabaseSpec:
     except ScheduleError as exc:
         raise SpecError(f"spec.backup.{exc}", reason="InvalidSchedule") from exc
     backup_storage = backup.get("storage") or {}
+    if backup_storage.get("size"):
+        size(backup_storage["size"], "spec.backup.storage.size")
     policy = spec.get("deletionPolicy", "Snapshot")
     if policy not in DELETION_POLICIES:
         raise SpecError(f"deletionPolicy {policy!r}: use one of "
@@ -221,3 +228,42 @@ class Names:
         """Per data volume and per Database incarnation: a Database deleted, created again
         under the same name and deleted again keeps both generations of snapshots."""
         return f"{pvc_name}-{db_uid[:8]}"
+
+
+def quantity(value: Any, field: str, reason: str) -> Decimal:
+    """A Kubernetes quantity (``10Gi``, ``500m``), parsed by the official client; the API
+    server would refuse the StatefulSet (or its pods) over anything else, out of sight."""
+    try:
+        return Decimal(parse_quantity(value))
+    except (ValueError, TypeError, ArithmeticError):
+        raise SpecError(f"{field} {value!r} is not a Kubernetes quantity (such as 10Gi or "
+                        "500m)", reason=reason) from None
+
+
+def size(value: Any, field: str) -> Decimal:
+    """A volume size: a quantity above zero (the API server refuses a claim of 0)."""
+    amount = quantity(value, field, "InvalidStorage")
+    if amount <= 0:
+        raise SpecError(f"{field} {value!r} must be more than zero", reason="InvalidStorage")
+    return amount
+
+
+def _check_resources(resources: Any) -> None:
+    """Requests and limits are quantities, and no request is above its limit (else every
+    pod of the StatefulSet is refused, which only the StatefulSet's Events would say)."""
+    if not isinstance(resources, dict):
+        raise SpecError("spec.resources must map requests and limits", reason="InvalidResources")
+    parsed: dict[str, dict[str, Decimal]] = {}
+    for part in ("requests", "limits"):
+        values = resources.get(part) or {}
+        if not isinstance(values, dict):
+            raise SpecError(f"spec.resources.{part} must map resource names to quantities",
+                            reason="InvalidResources")
+        parsed[part] = {name: quantity(value, f"spec.resources.{part}.{name}",
+                                       "InvalidResources") for name, value in values.items()}
+    for name, request in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if limit is not None and request > limit:
+            raise SpecError(f"spec.resources.requests.{name} "
+                            f"{resources['requests'][name]!r} is above its limit "
+                            f"{resources['limits'][name]!r}", reason="InvalidResources")

@@ -67,6 +67,26 @@ def test_a_database_converges_and_a_second_run_writes_nothing() -> None:
     assert world.get("v1/Secret", "orders-credentials", "shop")["data"]["password"] == password
 
 
+def test_a_deleted_credentials_secret_is_noticed_made_again_and_said_so_in_a_warning() -> None:
+    # The Secret outlives the Database, so it has no ownerReference: its deletion maps to
+    # the Database by the parent-uid label, and the run that makes it again posts the
+    # Warning although the status stays the same.
+    world = fresh()
+    world.converge(databases)
+    ready(world, "orders-pg16")
+    world.converge(databases)
+    job_complete(world, "orders-init")
+    world.converge(databases)
+    old = world.get("v1/Secret", "orders-credentials", "shop")
+    world.delete("v1/Secret", "orders-credentials", "shop")
+    [result] = world.changed(databases, old)
+    new = world.get("v1/Secret", "orders-credentials", "shop")
+    assert new is not None and new["data"]["password"] != old["data"]["password"]
+    assert not result.status_written
+    assert [(n.type, n.reason) for _name, n in world.events[-1:]] == [
+        ("Warning", "CredentialsRecreated")]
+
+
 def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
     world = fresh(deletionPolicy="Snapshot")
     world.converge(databases)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from tests.databases.world import World, database
 
 
@@ -234,6 +236,25 @@ def test_an_invalid_spec_changes_no_child_and_says_why() -> None:
     assert "minute '61' is outside 0-59" in ready["message"]
     assert world.db["status"]["phase"] == "Failed"
     assert world.condition("Initialized")["status"] == "True"
+
+
+@pytest.mark.parametrize(("edit", "reason", "says"), [
+    ({"resources": {"requests": {"cpu": "abc"}}}, "InvalidResources",
+     "spec.resources.requests.cpu 'abc' is not a Kubernetes quantity"),
+    ({"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}},
+     "InvalidResources", "spec.resources.requests.memory '2Gi' is above its limit '1Gi'"),
+    ({"storage": {"size": "0"}}, "InvalidStorage", "spec.storage.size '0' must be more than"),
+])
+def test_sizes_and_resources_the_api_server_would_refuse_are_an_invalid_spec(
+        edit: dict, reason: str, says: str) -> None:
+    # The CRD's schema lets them through; the API server would refuse the StatefulSet or
+    # its pods, which only the StatefulSet's own Events would show
+    world = World(database(**edit))
+    world.converge()
+    assert world.names("StatefulSet") == []
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert says in ready["message"]
 
 
 def test_someone_elses_secret_at_the_name_is_left_alone() -> None:

@@ -17,7 +17,7 @@ from eventop.engine import (
     SpecError,
     UndeclaredKind,
 )
-from eventop.engine.plan import PARENT_UID_LABEL
+from eventop.engine.controller import PARENT_UID_LABEL
 from eventop.engine.testing import World
 from eventop.handlers import Registry
 
@@ -368,6 +368,27 @@ def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
     (error,) = outcome.errors
     assert (error.status, error.reason) == (422, "Invalid")
     assert error.message == "spec: Forbidden: field is immutable"
+
+
+def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj) -> Obj:
+        raise errors.Invalid("ConfigMap \"a-roster\" is invalid: data: Too long", status=422,
+                             reason="Invalid")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    world = World([team("a", ["ann"])])
+    ctl = teams_controller()
+    for _ in range(3):
+        world.reconcile(ctl, "a", "teams")
+    refusals = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    assert [(n.type, n.message) for n in refusals] == [(
+        "Warning", 'the API server refused to create ConfigMap teams/a-roster: ConfigMap '
+        '"a-roster" is invalid: data: Too long: fix what it names in the spec; it is tried '
+        "again when something changes")]
 
 
 def test_world_hands_a_change_to_the_parents_it_maps_to() -> None:

@@ -422,7 +422,10 @@ def describe(exc: BaseException, kube: Kube, hint: str = "") -> str:
             hint = hint or "grant list and watch on it to this ServiceAccount, see deploy/"
             return f"forbidden: {exc.message} ({hint})"
         if exc.status == 404:
-            return (f"not found: {exc.message} (is the resource served? for eventop.dev "
+            message = " ".join(str(exc.message).split())  # "404 page not found\n"
+            if "?" in message:  # it says what to check already
+                return f"not found: {message}"
+            return (f"not found: {message} (is the resource served? for eventop.dev "
                     "kinds install the CRDs: kubectl apply -k crds/)")
         if isinstance(exc, Unavailable) and not exc.reason:
             return f"{exc} (is the API server up and reachable?)"

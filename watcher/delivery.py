@@ -20,7 +20,8 @@ Why it is shaped like this:
   ``max_error_attempts`` attempts, then the event is given up, loudly. That is not a lost
   change: the next periodic resync sends the object again, and handlers are level-triggered.
   No answer at all (connection refused, timeout), ``502``/``503``/``504`` (the Kubernetes API
-  or the router is down), ``404`` (its route not up yet) and ``429`` say the *sink* cannot
+  or the router is down), ``404`` (its route not up yet), ``401`` (the router does not take
+  our token: a rotation half done) and ``429`` say the *sink* cannot
   take anything now: those pause every worker together (one shared gate, ``Retry-After``
   honoured) with a short backoff capped at ``sink_backoff.cap``, and are retried without
   limit. Pausing everyone keeps an outage from aging each key's backoff to minutes, so
@@ -70,9 +71,11 @@ DELIVERY_FAILURES = Counter("eventop_watcher_delivery_failures_total",
 QUEUE_DEPTH = Gauge("eventop_watcher_queue_depth",
                     "CloudEvents waiting for or in delivery (bounded by --queue-size)")
 
-RETRY_STATUSES = frozenset({404, 408, 409, 429})
+RETRY_STATUSES = frozenset({401, 404, 408, 409, 429})
 #: Answers that say the sink as a whole cannot take events now (not this event's fault).
-SINK_STATUSES = frozenset({404, 429, 502, 503, 504})
+#: 401: the router does not take the watcher's token (EVENTOP_ROUTER_TOKEN rotated on one
+#: side first): every event would be refused alike, and all are taken once both agree.
+SINK_STATUSES = frozenset({401, 404, 429, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,13 @@ def _log_retry(sink: str, item: Outgoing, att: Attempt, tries: int, delay: float
     DELIVERY_RETRIES.labels(att.cause).inc()
     # First failure and then every doubling: an outage of minutes is not a wall of lines.
     level = logging.WARNING if tries & (tries - 1) == 0 else logging.DEBUG
+    why = att.detail if att.status is None else f"HTTP {att.status}"
+    if att.status == 401:
+        why += (": the router refuses the watcher's token; EVENTOP_ROUTER_TOKEN must be the "
+                "same for both (every event waits until it is)")
     log.log(level, "delivery of event %s to %s failed (%s), retry %d in %.1fs",
-            item.event_id, sink, att.detail if att.status is None else f"HTTP {att.status}",
-            tries, delay, extra={"fields": {"event_id": item.event_id, "cause": att.cause}})
+            item.event_id, sink, why, tries, delay,
+            extra={"fields": {"event_id": item.event_id, "cause": att.cause}})
 
 
 def post(client: SinkClient, item: Outgoing, policy: RetryPolicy,

@@ -46,6 +46,18 @@ def test_transient_answers_are_retried_until_accepted(sink, status: int) -> None
     assert sink.ids() == ["uid-a/1/update"]
 
 
+def test_a_token_the_router_refuses_is_retried_saying_what_to_fix_not_given_up(
+        sink, caplog: pytest.LogCaptureFixture) -> None:
+    # EVENTOP_ROUTER_TOKEN changed on one side first: every event is refused alike until
+    # both agree, so none is given up (a delete would be lost: no resync brings it back)
+    sink.fail(2, 401)
+    with caplog.at_level(logging.WARNING, "eventop.watcher"), SinkClient(sink.url) as s:
+        result = post(s, _item("a", 1), FAST)
+    assert result.ok and result.attempts == 3
+    assert "EVENTOP_ROUTER_TOKEN must be the same for both" in caplog.text
+    assert "giving up" not in caplog.text
+
+
 def test_retry_after_is_honoured(sink) -> None:
     sink.fail(1, 429, retry_after="0")
     sink.fail(1, 503, retry_after="0.2")

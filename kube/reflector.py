@@ -261,10 +261,15 @@ class Reflector:
                 delay = self.settings.backoff.delay(failures - 1)
                 expected = isinstance(exc, KubeError | urllib3.exceptions.HTTPError | OSError
                                       | WatchFailed)
-                self.log.error("%s: %s; retrying in %.1fs (attempt %d)", self.name,
-                          describe(exc, self.kube, self.hint), delay, failures,
-                          exc_info=not expected,
-                          extra={"fields": {"resource": self.name, "attempt": failures}})
+                # The first failure and then every doubling at ERROR: an API server down for
+                # minutes is a few lines per resource, not one every backoff period (every
+                # attempt is still counted in eventop_watcher_api_errors_total).
+                level = logging.ERROR if failures & (failures - 1) == 0 or not expected \
+                    else logging.DEBUG
+                self.log.log(level, "%s: %s; retrying in %.1fs (attempt %d)", self.name,
+                             describe(exc, self.kube, self.hint), delay, failures,
+                             exc_info=not expected,
+                             extra={"fields": {"resource": self.name, "attempt": failures}})
                 self.stop.wait(delay)
 
     def _resync_due(self) -> bool:

@@ -251,6 +251,19 @@ def test_an_optional_resource_not_served_is_one_warning_and_no_error(
     assert not w.loops[0].synced.is_set()
 
 
+def test_an_api_server_down_for_long_is_a_few_error_lines_not_one_per_attempt(
+        start_watcher, caplog):
+    def attempts() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "retrying in" in r.getMessage()]
+
+    with caplog.at_level(logging.DEBUG, "eventop.watcher"):
+        start_watcher(url="http://127.0.0.1:9")
+        assert wait_until(lambda: len(attempts()) >= 9, 20)
+    errors = [r.getMessage() for r in attempts() if r.levelno == logging.ERROR]
+    assert [e.rsplit("(attempt ", 1)[1] for e in errors][:4] == ["1)", "2)", "4)", "8)"]
+    assert len(errors) <= 5  # 1, 2, 4, 8 (16 if slow): the rest at debug
+
+
 def test_resync_sends_every_object_again_with_its_own_id(local_kube, sink, start_watcher):
     obj = local_kube.put(cm("steady", "0"))
     start_watcher(resync=0.5)

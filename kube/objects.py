@@ -199,3 +199,48 @@ def selector_matches(selector: Obj | None, labels: dict[str, str] | None) -> boo
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
             raise ValueError(f"unknown label selector operator {op!r} for key {key!r}")
     return True
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_selector_problems(selector: Obj | None) -> list[str]:
+    """What the API server's label selector parser would refuse in a metav1.LabelSelector
+    (a key or value no label can have, ``In`` without values, ``Exists`` with values, an
+    unknown operator); a CRD's schema lets all of these through."""
+    problems: list[str] = []
+    selector = selector or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        problems += _label_key_problems(str(key)) + _label_value_problems(key, value)
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = str(expr.get("key", "")), expr.get("operator"), expr.get("values") or []
+        problems += _label_key_problems(key)
+        if op in ("In", "NotIn"):
+            if not values:
+                problems.append(f"operator {op} on key {key!r} needs at least one value")
+            for value in values:
+                problems += _label_value_problems(key, value)
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                problems.append(f"operator {op} on key {key!r} takes no values")
+        else:
+            problems.append(f"unknown operator {op!r} on key {key!r}")
+    return problems
+
+
+def _label_key_problems(key: str) -> list[str]:
+    prefix, _, name = key.rpartition("/")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name) or (
+            prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) \
+            or key.startswith("/"):
+        return [f"{key!r} is not a label key (an optional DNS prefix and '/', then at most 63 "
+                "letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"]
+    return []
+
+
+def _label_value_problems(key: Any, value: Any) -> list[str]:
+    if not isinstance(value, str) or len(value) > 63 or not _LABEL_NAME.match(value):
+        return [f"{value!r} (key {key!r}) is not a label value (at most 63 letters, digits, "
+                "'-', '_' or '.', starting and ending with a letter or digit, or empty)"]
+    return []

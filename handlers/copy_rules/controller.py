@@ -60,11 +60,15 @@ def copies(rule: Obj, reads: Reads) -> Desired:
     try:
         kind = rule_kind(rule)
         validate_selector(rule_selector(rule), "spec.selector")
+        validate_selector(((rule.get("spec") or {}).get("targetNamespaces") or {}).get(
+            "selector") or {}, "spec.targetNamespaces.selector")
         sources = rule_sources(rule, reads)
         targets = reads.list("v1/Namespace")
         wanted = desired_copies(rule, sources, targets)
     except SpecError as exc:  # the user must fix the rule: nothing is written or pruned
         return Desired(status=invalid_status(rule, str(exc)), prune=False,
+                       events=[Note("Warning", "InvalidSpec", f"{exc}: fix the CopyRule's "
+                                    "spec; its copies are kept as they are meanwhile")],
                        summary=f"invalid spec: {exc}")
     children = []
     for slot, want in wanted.items():

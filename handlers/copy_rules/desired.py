@@ -37,6 +37,7 @@ from eventop.kube import (
     MANAGED_BY_LABEL,
     content_hash,
     is_owned_by,
+    label_selector_problems,
     label_value,
     owner_reference,
     selector_matches,
@@ -85,16 +86,11 @@ def rule_selector(rule: Obj) -> Obj:
 
 def validate_selector(selector: Obj, field: str) -> None:
     """Refuse a LabelSelector the API server's parser would refuse (the CRD schema lets
-    ``In`` with no values through): a selector matching nothing by accident must say so."""
-    for expr in selector.get("matchExpressions") or []:
-        op, values = expr.get("operator"), expr.get("values") or []
-        if op in ("In", "NotIn") and not values:
-            raise SpecError(f"{field}: operator {op} on key {expr.get('key')!r} needs at least "
-                            "one value")
-        if op in ("Exists", "DoesNotExist") and values:
-            raise SpecError(f"{field}: operator {op} on key {expr.get('key')!r} takes no values")
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise SpecError(f"{field}: unknown operator {op!r} on key {expr.get('key')!r}")
+    ``In`` with no values or a key no label can have through): a selector matching nothing
+    by accident must say so."""
+    problems = label_selector_problems(selector)
+    if problems:
+        raise SpecError(f"{field}: {'; '.join(problems)}")
 
 
 def rule_label_value(rule: Obj) -> str:

@@ -397,6 +397,31 @@ def test_key_removed_from_the_source_is_removed_from_every_copy(h: Harness) -> N
     assert data_of(h)["team-b/two-keys"] == {"keep": "1"}
 
 
+@pytest.mark.parametrize(("field", "selector", "says"), [
+    ("selector", {"matchLabels": {"bad key!": "v"}}, "'bad key!' is not a label key"),
+    ("selector", {"matchLabels": {"copyrator": "v@lue"}}, "'v@lue' (key 'copyrator') is not"),
+    ("targetNamespaces", {"selector": {"matchExpressions": [
+        {"key": "team", "operator": "In", "values": []}]}},
+     "spec.targetNamespaces.selector: operator In on key 'team' needs at least one value"),
+])
+def test_a_selector_no_label_can_match_is_an_invalid_spec_with_one_warning(
+        h: Harness, field: str, selector: dict[str, Any], says: str) -> None:
+    bad = copy_rule("bad-rule")
+    bad["spec"][field] = selector
+    h.world_put(bad)
+    h.settle()
+    h.resync()
+    h.settle()
+    ready = next(c for c in h.rule("bad-rule")["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert says in ready["message"]
+    warnings = [e for e in h.local_kube.list("v1", "Event")
+                if e["involvedObject"]["name"] == "bad-rule" and e["reason"] == "InvalidSpec"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    assert warnings[0].get("count", 1) == 1  # not again at the resync
+    assert says in warnings[0]["message"]
+
+
 def test_rule_whose_selector_the_api_server_refuses_reports_invalid_spec(h: Harness) -> None:
     """``In`` with no values passes the CRD schema but not the API server's selector parser:
     the rule says so in its status, makes no copy, and the other rules still converge."""

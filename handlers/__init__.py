@@ -73,6 +73,9 @@ def import_handler_module(entry: str) -> ModuleType:
 
 def _import_file(path: Path) -> ModuleType:
     path = path.expanduser().resolve()
+    if not path.exists():
+        raise HandlerLoadError(f"EVENTOP_HANDLERS: there is no file {str(path)!r}; give the "
+                               "path of a Python file or a dotted module name")
     if not path.is_file() or path.suffix != ".py":
         raise HandlerLoadError(f"EVENTOP_HANDLERS: {str(path)!r} is not a .py file; give the "
                                "path of a Python file or a dotted module name")

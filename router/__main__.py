@@ -136,6 +136,26 @@ def check_environment() -> None:
         kubeconfig_files(os.environ["KUBECONFIG"], "KUBECONFIG")
 
 
+def check_kube_config() -> None:
+    """A kubeconfig the workers could not load (no current context, a context that is not
+    in it, a malformed file), said now in one line, as the watcher does: else the router
+    would start and never turn ready. Reading it does no I/O; no configuration at all is
+    not a mistake (the router starts unready and says why). Called once the metrics
+    directory is settled: it imports the client."""
+    if os.environ.get("EVENTOP_KUBE_URL", "").strip():
+        return
+    from eventop.kube.connection import configuration
+    from eventop.kube.errors import Unavailable
+
+    try:
+        configuration()
+    except Unavailable:
+        return
+    except Exception as exc:  # kubernetes' ConfigException, a malformed file's TypeError...
+        raise ConfigError(f"cannot configure Kubernetes access from the kubeconfig: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
     host = args.host or ("0.0.0.0" if in_container() else "127.0.0.1")
@@ -161,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     master = os.getpid()
 
     try:
+        check_kube_config()
         from eventop.router.server import PortInUse, ServerOptions, serve
 
         serve(ServerOptions(

@@ -267,6 +267,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"leader election needs --retry-period ({args.retry_period:g}) < "
                           f"--renew-deadline ({args.renew_deadline:g}) < --lease-seconds "
                           f"({args.lease_seconds:g})")
+    if args.read_timeout <= args.watch_timeout:
+        raise ConfigError(f"--read-timeout ({args.read_timeout:g}, EVENTOP_READ_TIMEOUT_SECONDS)"
+                          f" must be above --watch-timeout ({args.watch_timeout:g}, "
+                          "EVENTOP_WATCH_TIMEOUT_SECONDS): a healthy watch that is quiet "
+                          "until its timeout would be taken for a hung one")
     kube = _connect(args)
     check_builtin_resources(kube, specs)
     settings = WatchSettings(watch_timeout=args.watch_timeout, read_timeout=args.read_timeout,
@@ -347,10 +352,18 @@ def cmd_emit(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--data is not valid JSON: {exc}") from None
     event = simple_event(args.type, args.source, data, args.id)
-    accepted, _ = _post_all(sink, [Outgoing.of(event)], _policy(args, args.max_attempts))
+    with SinkClient(sink, bearer_header()) as client:
+        result = post(client, Outgoing.of(event), _policy(args, args.max_attempts))
+    if result.ok and result.status == 202:
+        # Acknowledged, but no handler wants this type: a typo in the type (a CronJob that
+        # "succeeds" every hour while nothing is ever refreshed) must not pass for success.
+        print(f"event {event.get_id()} ({args.type}) accepted by {sink}, but no handler "
+              f"wants type {args.type!r} (HTTP 202): check the type "
+              "(dev.eventop.exchangerates.refresh refreshes the exchange rates)")
+        return 1
     print(f"event {event.get_id()} ({args.type}) "
-          f"{'accepted' if accepted else 'NOT accepted'} by {sink}")
-    return 0 if accepted else 1
+          f"{'accepted' if result.ok else 'NOT accepted'} by {sink}")
+    return 0 if result.ok else 1
 
 
 def cmd_resources(args: argparse.Namespace) -> int:

@@ -111,6 +111,8 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
      "EVENTOP_BUILTIN_HANDLERS: unknown built-in handler(s) bogus; choose from copy_rules, "),
     ({"EVENTOP_HANDLERS": "no_such_module_anywhere"}, [],
      "EVENTOP_HANDLERS: no module named 'no_such_module_anywhere'"),
+    ({"EVENTOP_HANDLERS": "/nonexistent/handlers.py"}, [],
+     "EVENTOP_HANDLERS: there is no file '/nonexistent/handlers.py'"),
     ({"EVENTOP_KUBE_URL": "localhost:8001"}, [],
      "EVENTOP_KUBE_URL: expected an http:// or https:// URL, not 'localhost:8001'"),
     ({"RATES_API_URL": "api.frankfurter.dev"}, [],
@@ -132,6 +134,20 @@ def test_configuration_mistakes_are_one_line_and_exit_status_2(
     assert line.startswith("python -m eventop.router: error: ")
     assert said in line
     assert proc.stdout == ""
+
+
+def test_a_kubeconfig_the_workers_could_not_load_is_one_line_and_exit_status_2(
+        tmp_path: Path) -> None:
+    # No current context: the watcher refuses it at start; so does the router now, instead of
+    # serving and never turning ready
+    config = tmp_path / "config"
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n"
+                      "users: []\n")
+    proc = _router({"KUBECONFIG": str(config), "EVENTOP_KUBE_URL": ""})
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("python -m eventop.router: error: cannot configure Kubernetes "
+                           "access from the kubeconfig: ConfigException: ")
 
 
 def test_the_flag_wins_over_an_invalid_variable(monkeypatch: pytest.MonkeyPatch) -> None:

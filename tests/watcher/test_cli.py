@@ -55,6 +55,23 @@ def test_emit_posts_one_refresh_event_with_its_data(sink) -> None:
     assert json.loads(got.body) == {"currency": "CHF"}
 
 
+def test_emit_of_a_type_no_handler_wants_fails_naming_the_type(sink, capsys) -> None:
+    # The router answers 202 to a type no handler wants: a mistyped CronJob type must not
+    # report success every hour while nothing is refreshed
+    sink.fail(1, 202)
+    assert main(["emit", "dev.eventop.exchangerate.refresh", "--sink", sink.url, *FAST]) == 1
+    out = capsys.readouterr().out
+    assert "no handler wants type 'dev.eventop.exchangerate.refresh' (HTTP 202)" in out
+
+
+def test_run_refuses_a_read_timeout_not_above_the_watch_timeout(capsys) -> None:
+    assert main(["run", "--sink", "http://127.0.0.1:9/", "--read-timeout", "10",
+                 "--watch-timeout", "45"]) == 2
+    err = capsys.readouterr().err
+    assert "--read-timeout (10, EVENTOP_READ_TIMEOUT_SECONDS) must be above --watch-timeout" \
+        in err and len(err.strip().splitlines()) == 1
+
+
 def test_emit_exit_code_reports_a_sink_that_never_accepts() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "eventop.watcher", "emit", "dev.eventop.exchangerates.refresh",

@@ -278,7 +278,8 @@ def test_run_command_watches_serves_metrics_and_exits_cleanly_on_sigterm(local_k
     proc = WatcherProcess(sink.url, {"EVENTOP_RESOURCES": SPEC,
                                      "EVENTOP_KUBE_URL": local_kube.url,
                                      "EVENTOP_METRICS_PORT": str(port)},
-                          log_dir=str(tmp_path), extra_args=["--read-timeout", "2"])
+                          log_dir=str(tmp_path),
+                          extra_args=["--read-timeout", "2", "--watch-timeout", "1"])
     try:
         assert sink.wait_for(1, 30)
         later = local_kube.put(cm("cli", "1"))

@@ -15,7 +15,8 @@ def test_second_replica_stands_by_until_the_first_exits(local_kube, sink, tmp_pa
     env = {"EVENTOP_RESOURCES": "v1/configmaps@demo", "EVENTOP_KUBE_URL": local_kube.url,
            "EVENTOP_METRICS_PORT": "0", "EVENTOP_LEASE_NAMESPACE": "default",
            "EVENTOP_LEASE_SECONDS": "2", "EVENTOP_RENEW_DEADLINE_SECONDS": "1.5",
-           "EVENTOP_RETRY_PERIOD_SECONDS": "0.2", "EVENTOP_READ_TIMEOUT_SECONDS": "2"}
+           "EVENTOP_RETRY_PERIOD_SECONDS": "0.2", "EVENTOP_READ_TIMEOUT_SECONDS": "2",
+           "EVENTOP_WATCH_TIMEOUT_SECONDS": "1"}
     local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "one", "namespace": "demo"}})
     elect = ["--leader-elect"]

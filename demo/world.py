@@ -32,8 +32,15 @@ KEPT_KINDS = (("v1", "Secret"), ("v1", "PersistentVolumeClaim"))
 
 def load_examples(folder: Path) -> list[Obj]:
     docs: list[Obj] = []
+    seen: set[tuple[str, str, str]] = set()
     for path in sorted(folder.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in yaml.safe_load_all(path.read_text()):
+            meta = (doc or {}).get("metadata") or {}
+            key = (doc.get("kind", ""), meta.get("namespace", ""), meta.get("name", "")) \
+                if doc else ("", "", "")
+            if doc and key not in seen:  # a Namespace each file that needs it declares
+                seen.add(key)
+                docs.append(doc)
     # Namespaces and Secrets first: the custom resources refer to them.
     order = {"Namespace": 0, "Secret": 1, "ConfigMap": 1}
     return sorted(docs, key=lambda d: order.get(d.get("kind", ""), 2))

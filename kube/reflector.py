@@ -256,6 +256,19 @@ class Reflector:
                 if expired_streak > 1:
                     self.stop.wait(self.settings.backoff.delay(expired_streak - 2))
             except Exception as exc:
+                if (isinstance(exc, KubeError) and exc.status == 404
+                        and self._resolve is not None and self.synced.is_set()):
+                    # Served until now, gone now (its CRD deleted): not synced any more, so
+                    # readers see it is not served (an optional kind's handler takes its other
+                    # way), and it is looked up again, quietly, until it is served again.
+                    self.log.warning("%s: not served by the API server any more (%s); "
+                                     "waiting until it is", self.name,
+                                     describe(exc, self.kube, self.hint),
+                                     extra={"fields": {"resource": self.name}})
+                    self.synced.clear()
+                    self._watched = None
+                    mode = "list"
+                    continue
                 failures += 1
                 API_ERRORS.labels(self.name).inc()
                 delay = self.settings.backoff.delay(failures - 1)

@@ -1,0 +1,41 @@
+"""The router's cache of a kind whose CustomResourceDefinition goes away and comes back, on the
+local API server over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eventop.kube.backoff import Backoff
+from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.reflector import WatchSettings
+from eventop.testing.waiting import wait_until
+
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "databases" / "schemas" / "volumesnapshots.yaml"
+
+
+def test_a_kind_whose_crd_is_deleted_is_not_served_until_it_is_installed_again(
+        local_kube: Any, kube: Any) -> None:
+    crd = yaml.safe_load(SNAPSHOTS.read_text())
+    local_kube.put(crd)
+    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
+                  settings=WatchSettings(resync_seconds=0, read_timeout=2.0, watch_timeout=1,
+                                         backoff=Backoff(0.05, 0.2)),
+                  missing_retry=0.2).start()
+    try:
+        informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+        assert informer is not None
+        assert wait_until(lambda: informer.synced, 10)
+        assert cache.store("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is not None
+        local_kube.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                          crd["metadata"]["name"])
+        # Its readers learn it is not served (the Database handler then takes a final
+        # backup instead of waiting for snapshots that can never be made)
+        assert wait_until(lambda: not informer.synced and informer.missing, 10)
+        assert cache.store("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is None
+        local_kube.put(crd)
+        assert wait_until(lambda: informer.synced and not informer.missing, 10)
+    finally:
+        cache.stop()

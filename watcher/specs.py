@@ -84,8 +84,23 @@ class ResourceSpec:
 
 
 def parse_resources(text: str) -> list[ResourceSpec]:
-    """Resources separated by whitespace or newlines (label selectors contain commas)."""
-    return [ResourceSpec.parse(t) for t in text.split() if t.strip()]
+    """Resources separated by whitespace or newlines (label selectors contain commas); the
+    spaces of a set-based selector (``v1/configmaps:app in (a, b)``: around its operator and
+    inside its parentheses) do not separate."""
+    return [ResourceSpec.parse(t) for t in _split(text)]
+
+
+def _split(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0  # parentheses the part so far leaves open
+    for token in text.split():
+        if parts and (depth > 0 or token in ("in", "notin") or token.startswith("(")):
+            parts[-1] += " " + token
+        else:
+            parts.append(token)
+            depth = 0
+        depth += token.count("(") - token.count(")")
+    return parts
 
 
 def default_resources(registry: Registry | None = None) -> list[ResourceSpec]:

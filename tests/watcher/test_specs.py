@@ -68,3 +68,14 @@ def test_watcher_resources_prints_the_default_set(capsys: Any, monkeypatch: Any)
     assert main(["resources"]) == 0
     assert capsys.readouterr().out.split() == [
         "eventop.dev/v1/copyrules", "v1/configmaps", "v1/namespaces", "v1/secrets"]
+
+
+def test_a_set_based_selector_in_the_environment_variable_stays_one_resource() -> None:
+    from eventop.watcher.specs import parse_resources
+
+    specs = parse_resources("v1/configmaps:app in (a, b),tier notin (x)\n"
+                            "  apps/v1/statefulsets v1/secrets@team:app=web")
+    assert [(str(s), s.label_selector) for s in specs] == [
+        ("v1/configmaps:app in (a, b),tier notin (x)", "app in (a, b),tier notin (x)"),
+        ("apps/v1/statefulsets", None),
+        ("v1/secrets@team:app=web", "app=web")]

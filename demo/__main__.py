@@ -143,8 +143,11 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
             raise Failed(f"cannot use the cluster of {kubeconfig}: {_one_line(exc)}; nothing "
                          "was started") from None
         env = {"KUBECONFIG": kubeconfig}
+        print(f"  [1/5] API server              {world.kube.host} (the cluster's)")
         if not world.kube.api.configuration.verify_ssl:
             print("  (the kubeconfig turns TLS verification off: insecure-skip-tls-verify)")
+        print("  [2/5] rates API               "
+              f"{os.environ.get('RATES_API_URL') or 'the public one (Frankfurter)'}")
     else:
         world, env = start_local(stack, log_dir)
 
@@ -162,7 +165,7 @@ def run(args: argparse.Namespace, kubeconfig: str | None, stack: contextlib.Exit
     print(f"  [4/5] watcher                 sink={router.url}  log: {watcher.log_path}")
 
     local = isinstance(world, LocalWorld)
-    expect = Expectations(played=local)
+    expect = Expectations(played=local, namespaces=None if local else world.namespaces())
     try:
         if isinstance(world, LocalWorld):
             changes = world.replay_recordings(REPO / "tests" / "recordings", expect)

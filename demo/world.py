@@ -70,11 +70,14 @@ def kept_by_parent(kube: Kube) -> dict[str, list[Obj]]:
 class Expectations:
     """What must be true once the handlers converged, checked against the API server."""
 
-    def __init__(self, played: bool = False) -> None:
+    def __init__(self, played: bool = False, namespaces: list[str] | None = None) -> None:
         self.gone: list[tuple[str, str, str | None]] = []  # (uid, kind/name, namespace)
         # The demo plays the StatefulSet and Job controllers (local API server): a Database
         # must then get as far as initialized, with its backup CronJob.
         self.played = played
+        #: Where the demo's custom resources are (None: everywhere, the local API server);
+        #: on a real cluster, the user's own resources are not the demo's to judge.
+        self.namespaces = namespaces
 
     def owner_deleted(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -85,9 +88,10 @@ class Expectations:
         problems: list[str] = []
         by_owner = objects_by_owner(kube)
         for kind in CR_KINDS:
-            for cr in kube.list(GROUP, kind):
-                problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []),
-                                         self.played)
+            for ns in self.namespaces or [None]:
+                for cr in kube.list(GROUP, kind, ns):
+                    problems += _cr_problems(cr, by_owner.get(cr["metadata"]["uid"], []),
+                                             self.played)
         for uid, what, ns in self.gone:
             left = by_owner.get(uid, [])
             if left:
@@ -273,6 +277,12 @@ class ClusterWorld(World):
 
     def namespaces(self) -> list[str] | None:
         return [self.namespace]
+
+    def apply_examples(self, examples: list[Obj], expect: Expectations) -> None:
+        # Not the demo's copy sources: labelled for the example CopyRules, which are not
+        # applied here, they would be copied by the cluster's own rules.
+        for obj in examples:
+            self.put(obj)
 
     def put(self, obj: Obj) -> None:
         obj = world_copy(obj)

@@ -354,9 +354,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
     event = simple_event(args.type, args.source, data, args.id)
     with SinkClient(sink, bearer_header()) as client:
         result = post(client, Outgoing.of(event), _policy(args, args.max_attempts))
-    if result.ok and result.status == 202:
-        # Acknowledged, but no handler wants this type: a typo in the type (a CronJob that
-        # "succeeds" every hour while nothing is ever refreshed) must not pass for success.
+    if result.ok and result.status == 202 and _ignored(result.detail):
+        # The router acknowledged it, but no handler wants this type: a typo in the type (a
+        # CronJob that "succeeds" every hour while nothing is refreshed) is not a success.
+        # (A Knative Broker answers 202 to every event it takes: that is a success.)
         print(f"event {event.get_id()} ({args.type}) accepted by {sink}, but no handler "
               f"wants type {args.type!r} (HTTP 202): check the type "
               "(dev.eventop.exchangerates.refresh refreshes the exchange rates)")
@@ -364,6 +365,14 @@ def cmd_emit(args: argparse.Namespace) -> int:
     print(f"event {event.get_id()} ({args.type}) "
           f"{'accepted' if result.ok else 'NOT accepted'} by {sink}")
     return 0 if result.ok else 1
+
+
+def _ignored(answer: str) -> bool:
+    """Is this the router's answer to an event no handler wants (``outcome: ignored``)?"""
+    try:
+        return json.loads(answer).get("outcome") == "ignored"
+    except (ValueError, AttributeError):
+        return False
 
 
 def cmd_resources(args: argparse.Namespace) -> int:

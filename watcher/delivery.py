@@ -143,7 +143,8 @@ def attempt(client: SinkClient, item: Outgoing, policy: RetryPolicy) -> Attempt:
     status = resp.status
     if 200 <= status < 300:
         EVENTS_DELIVERED.labels(item.kind, item.type).inc()
-        return Attempt(True, True, status)
+        # A 202 from the router says why (no handler wants it): kept for ``emit``.
+        return Attempt(True, True, status, detail=resp.text if status == 202 else "")
     detail = resp.text
     if 400 <= status < 500 and status not in RETRY_STATUSES:
         DELIVERY_FAILURES.labels(str(status)).inc()

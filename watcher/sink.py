@@ -49,7 +49,7 @@ class SinkUnreachable(Exception):
 class Answer:
     status: int
     retry_after: str | None
-    text: str  # the first 500 characters of the body, for a log line
+    text: str  # the first 500 characters of the body (a refusal's, a 202's)
 
 
 class SinkClient:
@@ -107,7 +107,10 @@ class SinkClient:
         except HTTPError as exc:
             raise SinkUnreachable("connection", f"{type(exc).__name__}: {exc}") from None
         status = resp.status
-        text = "" if 200 <= status < 300 else resp.data[:2000].decode("utf-8", "replace")[:500]
+        # The body only where it says something: a refusal's reason, or a 202's (the
+        # router's "no handler wants it"); a delivered event's answer is not read into text.
+        text = "" if 200 <= status < 300 and status != 202 \
+            else resp.data[:2000].decode("utf-8", "replace")[:500]
         return Answer(status, resp.headers.get("Retry-After"), text)
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ class _Plan:
     status: int = 200
     retry_after: str | None = None
     hang: bool = False
+    body: bytes = b"{}"
 
 
 @dataclass
@@ -93,9 +94,9 @@ class Sink:
                 self.send_response(plan.status)
                 if plan.retry_after is not None:
                     self.send_header("Retry-After", plan.retry_after)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(plan.body)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(plan.body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
@@ -126,6 +127,11 @@ class Sink:
     def mend_events(self, id_part: str) -> None:
         with self._lock:
             self._broken.pop(id_part, None)
+
+    def answer(self, status: int, body: bytes) -> None:
+        """The next request is answered ``status`` with ``body``."""
+        with self._lock:
+            self._plans.append(_Plan(status, body=body))
 
     def fail(self, times: int, status: int = 500, retry_after: str | None = None) -> None:
         """The next ``times`` requests are answered ``status``."""

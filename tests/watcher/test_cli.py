@@ -57,11 +57,24 @@ def test_emit_posts_one_refresh_event_with_its_data(sink) -> None:
 
 def test_emit_of_a_type_no_handler_wants_fails_naming_the_type(sink, capsys) -> None:
     # The router answers 202 to a type no handler wants: a mistyped CronJob type must not
-    # report success every hour while nothing is refreshed
-    sink.fail(1, 202)
-    assert main(["emit", "dev.eventop.exchangerate.refresh", "--sink", sink.url, *FAST]) == 1
-    out = capsys.readouterr().out
-    assert "no handler wants type 'dev.eventop.exchangerate.refresh' (HTTP 202)" in out
+    # report success every hour while nothing is refreshed. (The router's own answer.)
+    from eventop.handlers.registry import Registry
+    from eventop.router.app import create_app
+
+    typo = "dev.eventop.exchangerate.refresh"
+    answer = create_app(Registry()).test_client().post("/", data=b"{}", headers={
+        "ce-id": "1", "ce-source": "cron", "ce-specversion": "1.0", "ce-type": typo,
+        "Content-Type": "application/json"})
+    assert answer.status_code == 202
+    sink.answer(202, answer.data)
+    assert main(["emit", typo, "--sink", sink.url, *FAST]) == 1
+    assert f"no handler wants type {typo!r} (HTTP 202)" in capsys.readouterr().out
+
+
+def test_emit_taken_with_202_by_a_knative_broker_is_a_success(sink, capsys) -> None:
+    sink.answer(202, b"")  # a Broker's ingress answers 202 to every event it takes
+    assert main(["emit", "dev.eventop.exchangerates.refresh", "--sink", sink.url, *FAST]) == 0
+    assert "accepted by" in capsys.readouterr().out
 
 
 def test_run_refuses_a_read_timeout_not_above_the_watch_timeout(capsys) -> None:

@@ -82,3 +82,51 @@ def _answers(kube: Kube) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_a_reference_mode_event_of_a_quiet_kind_is_answered_on_a_real_api_server() -> None:
+    """A Reference-mode event names an object, not a version. The cache must reach the
+    object's own resourceVersion: the API server's newest one (other kinds changed since)
+    reaches the watch of a quiet kind only with a bookmark, and the event was a 503."""
+    from eventop.engine import Controller, Desired
+    from eventop.engine.runtime import Engine, EngineSettings
+    from eventop.handlers.events import Event
+    from eventop.handlers.registry import Registry
+    from eventop.testing.cluster import RealCluster
+
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    cluster = RealCluster(kubeconfig, [REPO / "crds" / "copyrules.yaml"])
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    ctl = Controller("ref-mode", parent="eventop.dev/v1/CopyRule", registry=Registry(),
+                     module="tests.engine")
+    runs: list[str] = []
+    ctl.reconcile(lambda rule, reads: runs.append(rule["metadata"]["name"]) or Desired())
+    name = f"ref-{uuid.uuid4().hex[:6]}"
+    rule = cluster.put({"apiVersion": "eventop.dev/v1", "kind": "CopyRule",
+                        "metadata": {"name": name},
+                        "spec": {"ruleType": "configmap", "namespaces": ["default"],
+                                 "selector": {"matchLabels": {"never": name}}}})
+    engine = Engine([ctl], kube, settings=EngineSettings(workers=1, cache_wait=5.0,
+                                                          run_on_watch=False))
+    engine.start()
+    ns = f"ref-{uuid.uuid4().hex[:6]}"
+    try:
+        assert wait_until(lambda: engine.readiness()[0], 60), engine.readiness()
+        assert engine.started.wait(60) and wait_until(engine.queue.idle, 60)
+        # Other kinds change: the API server's newest resourceVersion moves past the rule's
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for i in range(3):
+            kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": f"c{i}", "namespace": ns}})
+        runs.clear()
+        ticket, _notes = engine.submit(Event(
+            id=f"{name}-ref", type="dev.knative.apiserver.ref.add", source="test",
+            data={"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": name}))
+        assert ticket.wait(30)
+        assert runs == [name]
+    finally:
+        engine.stop()
+        kube.delete("v1", "Namespace", ns)
+        kube.delete("eventop.dev/v1", "CopyRule", rule["metadata"]["name"])

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
+
+from kubernetes.utils import parse_quantity as k8s_parse_quantity
 
 from eventop.engine import SpecError
 
@@ -38,14 +40,6 @@ DEFAULT_SIZE = "10Gi"
 DEFAULT_TTL = "168h"
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX = {
-    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
 
 
 def host_port_of(mirror: Obj) -> Any:
@@ -54,20 +48,13 @@ def host_port_of(mirror: Obj) -> Any:
 
 
 def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes resource quantity (``20Gi``, ``1.5G``, ``500M``) as a number of units."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise SpecError(f"storage size {value!r} is not a Kubernetes quantity such as 20Gi",
-                        reason="InvalidStorageSize")
-    number, suffix = match.groups()
+    """A Kubernetes resource quantity (``20Gi``, ``1.5G``, ``500M``) as a number of units,
+    parsed by the official client's ``parse_quantity`` (as the Database handler does)."""
     try:
-        base = Decimal(number)
-    except InvalidOperation as exc:
+        return Decimal(k8s_parse_quantity(str(value).strip()))
+    except (ValueError, TypeError, ArithmeticError):
         raise SpecError(f"storage size {value!r} is not a Kubernetes quantity such as 20Gi",
-                        reason="InvalidStorageSize") from exc
-    if suffix and suffix[0] in "eE":
-        return base * (Decimal(10) ** int(suffix[1:]))
-    return base * _SUFFIX[suffix]
+                        reason="InvalidStorageSize") from None
 
 
 def duration_is_zero(ttl: str) -> bool:

@@ -234,25 +234,36 @@ def _handlers_resources() -> list[ResourceSpec]:
         raise ConfigError(str(exc)) from None
 
 
-def check_builtin_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
-    """Refuse, at start, a resource that no CustomResourceDefinition can ever add.
+def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
+    """Refuse, at start, a resource that no CustomResourceDefinition can ever add, and a label
+    selector the API server refuses.
 
     A CRD's group always contains a dot, so a resource of the core group (``v1/...``) or of
     a dotless built-in group (``apps``, ``batch``...) that the API server does not serve is a
     typo, not a CRD still to be installed: waiting for it would retry forever. A resource of
-    a dotted group is left to the watch loop, which waits until its CRD is installed. An API
-    server that cannot be reached yet is left to the watch loop too.
+    a dotted group is left to the watch loop, which waits until its CRD is installed. A
+    selector is tried with a one-item list (the API server's own parser: ``app in (a`` is a
+    400 that every retry would get again). An API server that cannot be reached yet is left
+    to the watch loop too.
     """
     for spec in specs:
-        if "." in spec.group:
-            continue
         try:
-            kube.resource_by_plural(spec.api_version, spec.plural)
+            if "." not in spec.group:
+                kube.resource_by_plural(spec.api_version, spec.plural)
+            if spec.label_selector:
+                res = kube.resource_by_plural(spec.api_version, spec.plural)
+                next(kube.pages(res, spec.namespace, label_selector=spec.label_selector,
+                                limit=1, metadata_only=True))
         except Unavailable:
             return
         except KubeError as exc:
+            if exc.status == 400:
+                raise ConfigError(f"resource {spec}: the API server refuses the label selector "
+                                  f"{spec.label_selector!r}: {exc.message}") from None
             if exc.status != 404:
                 raise
+            if "." in spec.group:
+                continue  # its CRD may come later: the watch loop waits for it
             raise ConfigError(
                 f"resource {spec}: the API server does not serve {spec.plural!r} in "
                 f"{spec.api_version}, and no CustomResourceDefinition can add it there; write "
@@ -273,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "EVENTOP_WATCH_TIMEOUT_SECONDS): a healthy watch that is quiet "
                           "until its timeout would be taken for a hung one")
     kube = _connect(args)
-    check_builtin_resources(kube, specs)
+    check_resources(kube, specs)
     settings = WatchSettings(watch_timeout=args.watch_timeout, read_timeout=args.read_timeout,
                              resync_seconds=args.resync_seconds, page_size=args.page_size,
                              backoff=Backoff(args.backoff_base, args.api_backoff_max))
@@ -318,7 +329,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     kube = _connect(args)
     specs = _specs(args)
-    check_builtin_resources(kube, specs)
+    check_resources(kube, specs)
     counts = record(kube, specs, args.out, args.seconds)
     for spec, lines in counts.items():
         print(f"{spec}: {lines} watch lines")

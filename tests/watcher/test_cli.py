@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eventop.cli import ConfigError
-from eventop.watcher.cli import build_parser, check_builtin_resources, main
+from eventop.watcher.cli import build_parser, check_resources, main
 from eventop.watcher.recording import load_recording
 from eventop.watcher.specs import ResourceSpec, parse_resources
 
@@ -206,10 +206,17 @@ def test_a_resource_no_crd_can_add_fails_at_start_instead_of_retrying(local_kube
 
 def test_a_custom_resource_not_installed_yet_is_waited_for_not_refused(kube) -> None:
     """Its CRD may be installed after the watcher starts; the watch loop waits for it."""
-    check_builtin_resources(kube, [ResourceSpec.parse("example.com/v1/widgets"),
+    check_resources(kube, [ResourceSpec.parse("example.com/v1/widgets"),
                                    ResourceSpec.parse("apps/v1/statefulsets")])
     with pytest.raises(ConfigError, match="'statefulset' in apps/v1"):
-        check_builtin_resources(kube, [ResourceSpec.parse("apps/v1/statefulset")])
+        check_resources(kube, [ResourceSpec.parse("apps/v1/statefulset")])
+
+
+def test_a_label_selector_the_api_server_refuses_is_one_line_at_start(kube) -> None:
+    with pytest.raises(ConfigError, match=r"resource v1/configmaps:app in \(a: the API server "
+                                          r"refuses the label selector 'app in \(a'"):
+        check_resources(kube, [ResourceSpec.parse("v1/configmaps:app in (a")])
+    check_resources(kube, [ResourceSpec.parse("v1/configmaps:app in (a,b)")])
 
 
 def test_an_unreachable_api_server_is_waited_for_at_start() -> None:
@@ -217,7 +224,7 @@ def test_an_unreachable_api_server_is_waited_for_at_start() -> None:
     from eventop.kube import Kube
 
     down = Kube.connect(url="http://127.0.0.1:9")
-    check_builtin_resources(down, [ResourceSpec.parse("foo")])
+    check_resources(down, [ResourceSpec.parse("foo")])
 
 
 def test_emit_and_the_deliverer_send_the_router_token_when_one_is_set(sink, monkeypatch) -> None:

@@ -310,7 +310,8 @@ def _major(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
             "False", "UpgradeFailed",
             f"copying the data into PostgreSQL {spec.version} failed, Job {job_name} "
             f"({observe.job_failure(job or {})}); {version} still serves and accepts writes. "
-            f"To try again, delete the Job and the volumes data-{names.statefulset(new_major)}-*")
+            f"To try again, delete the Job: the copy starts over into an emptied "
+            f"{names.statefulset(new_major)}")
     else:
         facts.progressing = ("True", "CopyingData",
                              f"copying every database from {version} into {spec.version}")

@@ -99,8 +99,9 @@ echo "standby data copied from $PRIMARY_HOST"
 # A major upgrade: the new major's server runs beside the old one (its own StatefulSet and
 # volumes); this Job, on the new image (whose pg_dump reads every older server), makes the
 # old server read-only, ends its sessions, and copies roles, then every database, into the
-# new one. The handler switches the client Service only after this succeeded; on failure the
-# old server accepts writes again and keeps serving.
+# new one (emptied first of what a failed attempt left). The handler switches the client
+# Service only after this succeeded; on failure the old server accepts writes again and keeps
+# serving.
 UPGRADE = r"""set -euo pipefail
 """ + _WAIT + r"""
 old() { PGOPTIONS="-c default_transaction_read_only=off" psql -h "$OLD_HOST" -d postgres \
@@ -115,6 +116,19 @@ writable_again() {
   fi
 }
 trap 'writable_again $?' EXIT
+# The new server holds nothing but what an earlier attempt copied (the handler starts it for
+# this copy and points nothing at it before the copy succeeded): a retry, the failed Job
+# deleted, starts from an empty server again instead of stopping on "already exists".
+new() { psql -h "$NEW_HOST" -d template1 --no-psqlrc -v ON_ERROR_STOP=1 -q "$@"; }
+new -At -c "SELECT quote_ident(datname) FROM pg_database WHERE NOT datistemplate" \
+  > /tmp/stale-databases
+while IFS= read -r db; do new -c "DROP DATABASE $db WITH (FORCE)"; done < /tmp/stale-databases
+new -c "CREATE DATABASE postgres"
+new -At -c "SELECT quote_ident(rolname) FROM pg_roles
+            WHERE rolname <> current_user AND rolname !~ '^pg_'" > /tmp/stale-roles
+while IFS= read -r role; do
+  new -c "DROP OWNED BY $role CASCADE" -c "DROP ROLE $role"
+done < /tmp/stale-roles
 old -c "ALTER SYSTEM SET default_transaction_read_only = on" -c "SELECT pg_reload_conf()" \
   > /dev/null
 old -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity

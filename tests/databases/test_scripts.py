@@ -205,12 +205,43 @@ def test_the_upgrade_copies_every_role_and_database_and_leaves_the_old_read_only
          PGOPTIONS="-c default_transaction_read_only=off")
 
 
+def test_an_upgrade_run_again_over_an_earlier_attempts_copy_starts_over_and_succeeds(
+        servers: tuple[Server, Server]) -> None:
+    old, new = servers
+    writable = ("ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()")
+    run(scripts.INIT, old, **INIT_ENV)
+    psql(old, "CREATE TABLE IF NOT EXISTS items (n int)", "INSERT INTO items VALUES (8)",
+         user="orders", password="app-pw", db="orders")
+    first = run(scripts.UPGRADE, new, OLD_HOST=old.host, NEW_HOST=new.host)
+    assert first.returncode == 0, first.stderr
+    psql(old, *writable, PGOPTIONS="-c default_transaction_read_only=off")
+    # The new server holds an earlier attempt's copy (as after a failed attempt whose Job
+    # was deleted to retry), a half-copied postgres database too: it is emptied first, not
+    # stopped by "already exists"
+    psql(new, "CREATE TABLE leftover (n int)")
+    psql(old, "INSERT INTO items VALUES (9)", user="orders", password="app-pw", db="orders")
+    again = run(scripts.UPGRADE, new, OLD_HOST=old.host, NEW_HOST=new.host)
+    assert again.returncode == 0, again.stderr
+    rows = "SELECT n FROM items ORDER BY n"
+    assert psql(new, rows, user="orders", password="app-pw", db="orders") == \
+        psql(old, rows, user="orders", password="app-pw", db="orders")
+    assert psql(new, "SELECT count(*) FROM pg_tables WHERE tablename = 'leftover'") == "0"
+    psql(old, *writable, PGOPTIONS="-c default_transaction_read_only=off")
+
+
 def test_a_failed_upgrade_makes_the_old_server_writable_again(
         servers: tuple[Server, Server]) -> None:
     old, new = servers
-    # The new server already holds database "orders" (the previous test copied it): the
-    # restore stops on the first error, as a half-done copy must.
-    failed = run(scripts.UPGRADE, new, OLD_HOST=old.host, NEW_HOST=new.host)
+    # The new server has a template database "orders", which the start-over leaves alone (so
+    # its owner, role "orders", can not be dropped): the copy stops, as on any error.
+    run(scripts.INIT, old, **INIT_ENV)  # idempotent: the old server has database "orders"
+    if psql(new, "SELECT count(*) FROM pg_database WHERE datname = 'orders'") == "0":
+        psql(new, "CREATE DATABASE orders")
+    psql(new, "ALTER DATABASE orders IS_TEMPLATE true")
+    try:
+        failed = run(scripts.UPGRADE, new, OLD_HOST=old.host, NEW_HOST=new.host)
+    finally:
+        psql(new, "ALTER DATABASE orders IS_TEMPLATE false")
     assert failed.returncode != 0
     assert "accepts writes again" in failed.stderr
     assert psql(old, "SHOW default_transaction_read_only") == "off"

@@ -55,6 +55,10 @@ REQUESTS = Counter("eventop_engine_requests_total",
 ROUTER_LEASE = "eventop-router"
 
 
+#: Runs in a row that one run's writes may start for its status (see ``Engine._work``).
+MAX_FOLLOWUPS = 3
+
+
 class CacheBehind(errors.Unavailable):
     """The cache did not catch up with an event in time: the event is answered 503."""
 
@@ -165,8 +169,8 @@ class Engine:
         self._seen: dict[Item, _Seen] = {}
         #: Runs to check their parent with the API server first (see _parent_gone).
         self._verify: set[Item] = set()
-        #: Keys whose last run was the one more run after writes (see ``_work``).
-        self._followed: set[Item] = set()
+        #: Runs after writes in a row, per key (see ``_work``).
+        self._followups: dict[Item, int] = {}
         self._conflicts: dict[str, set[str]] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -484,15 +488,16 @@ class Engine:
                     self.queue.forget(item)
                 if requeue:
                     self.queue.add_after(item, requeue)
-                if again and item not in self._followed:
+                followups = self._followups.pop(item, 0)
+                if again and followups < MAX_FOLLOWUPS:
                     # The status was worked out before the writes, and their echoes cost no
-                    # run: one more run, over the cache that now holds what was written,
-                    # brings it up to date. Once only, so a function that writes on every
-                    # run (a field the API server keeps rewriting) can not loop.
-                    self._followed.add(item)
+                    # run: one more run, over the cache that now holds what was written and
+                    # the parent with that status, brings it up to date (and takes the next
+                    # step, if the writes made one possible). Bounded, so a function that
+                    # writes on every run (a field the API server keeps rewriting) can not
+                    # loop: it gets MAX_FOLLOWUPS more runs per change, then waits for one.
+                    self._followups[item] = followups + 1
                     self.queue.add(item)
-                else:
-                    self._followed.discard(item)
             except Exception as exc:
                 delay = self.queue.retry(item)
                 RUNS.labels(name, "error").inc()

@@ -122,7 +122,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         else [n for n in notes if n.every_run]
     if ctl.conflict_events and seen_conflicts is not None:
         seen = seen_conflicts.setdefault(uid, set())
-        result.notes += _new_conflicts(ctl, parent, outcome, seen)
+        result.notes += _new_conflicts(ctl, outcome, seen)
         result.notes += _new_refusals(outcome, seen)
     for note in result.notes:
         writer.post_event(parent, note)
@@ -144,32 +144,29 @@ def _call(ctl: Controller, fn: Callable[[Obj, Reads], Desired], parent: Obj,
     return desired
 
 
-_REFUSED = "refused: "  # how a refusal is remembered beside the conflicts
+def _new_conflicts(ctl: Controller, outcome: Outcome, seen: set[str]) -> list[Note]:
+    """A Warning Event per conflict this process has not reported for this parent yet."""
+    return _once(seen, "conflict: ", {
+        f"{c.kind} {c}": Note("Warning", "ChildConflict",
+                              f"{c.kind} {c} {c.reason}: left unchanged. Delete or rename it "
+                              f"to let {ctl.name} create its own.")
+        for c in outcome.conflicts})
 
 
 def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
     """A Warning Event per write the API server refused that this process has not reported
-    for this parent yet (with the API server's reason: an invalid quantity, a quota...).
-    Reported again once it was accepted and then refused anew."""
-    current = {f"{_REFUSED}{e}" for e in outcome.errors}
-    notes = [Note("Warning", "WriteRefused", f"the API server refused to {e}: fix what it "
-                  "names in the spec; it is tried again when something changes")
-             for e in outcome.errors if f"{_REFUSED}{e}" not in seen]
-    seen.difference_update({s for s in seen if s.startswith(_REFUSED)} - current)
-    seen.update(current)
-    return notes
+    for this parent yet (with the API server's reason: an invalid quantity, a quota...)."""
+    return _once(seen, "refused: ", {
+        str(e): Note("Warning", "WriteRefused", f"the API server refused to {e}: fix what it "
+                     "names in the spec; it is tried again when something changes")
+        for e in outcome.errors})
 
 
-def _new_conflicts(ctl: Controller, parent: Obj, outcome: Outcome, seen: set[str]) -> list[Note]:
-    """A Warning Event per conflict this process has not reported for this parent yet."""
-    notes = []
-    current = {f"{c.kind} {c}" for c in outcome.conflicts}
-    for conflict in outcome.conflicts:
-        label = f"{conflict.kind} {conflict}"
-        if label not in seen:
-            notes.append(Note("Warning", "ChildConflict",
-                              f"{label} {conflict.reason}: left unchanged. Delete or rename it "
-                              f"to let {ctl.name} create its own."))
-    seen.difference_update({s for s in seen if not s.startswith(_REFUSED)} - current)
-    seen.update(current)
+def _once(seen: set[str], kind: str, current: dict[str, Note]) -> list[Note]:
+    """The notes of ``current`` (by label) not reported yet; labels of this ``kind`` that
+    are gone are forgotten, so each is reported again if it comes back."""
+    labels = {kind + label for label in current}
+    notes = [note for label, note in current.items() if kind + label not in seen]
+    seen.difference_update({s for s in seen if s.startswith(kind)} - labels)
+    seen.update(labels)
     return notes

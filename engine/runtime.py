@@ -385,7 +385,12 @@ class Engine:
             rv = None
         deleted = event.change == "delete"
         if rv is None and informer.synced and informer.store is not None:
-            current = self._current_meta(informer.reflector.res, ref.namespace, ref.name)
+            # A Reference-mode event names an object, not a version: the cache must reach the
+            # *object's* resourceVersion as the API server holds it now (one list by name).
+            # Not the list's: the newest of the whole API server, which the watch of a kind
+            # nobody changes reaches only with a bookmark (minutes apart on v1.24), so every
+            # such event would wait out ``cache_wait`` and be answered 503.
+            current = self._read_meta(ref.api_version, ref.kind, ref.namespace, ref.name)
             if current is None:
                 deleted = True  # gone: the cache must not hold it any more (any uid)
             else:
@@ -400,19 +405,6 @@ class Engine:
         since = store.learned_at(held if held is not None else body, rv, deleted=deleted) \
             if store is not None and informer.matches(body) else None
         return (held if held is not None else body), since
-
-    def _current_meta(self, res: Any, namespace: str | None, name: str) -> Obj | None:
-        """A Reference-mode event says which object, not which version: the object's
-        metadata as the API server holds it now (one quorum read), None if it is gone.
-
-        The cache must reach the *object's* resourceVersion, not the list's: the list's is
-        the newest of the whole API server, which the watch of a kind nobody changes reaches
-        only with a bookmark (minutes apart on v1.24), so every such event would wait out
-        ``cache_wait`` and be answered 503."""
-        page = next(self.kube.pages(res, namespace, field_selector=name_selector(name),
-                                    limit=1, metadata_only=True))
-        items = page.get("items") or []
-        return (items[0].get("metadata") or {}) if items else None
 
     def _exists(self, ref: Any) -> bool:
         """A delete the cache never sees: does the object (that uid) still exist? Then the

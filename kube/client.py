@@ -136,6 +136,12 @@ class Kube:
             self.resources.add(res)
         return found
 
+    def served(self, api_version: str, name: str) -> Resource:
+        """The resource of a kind or plural as the API server serves it *now*: always asked
+        (discovery), never the static table, which knows kinds an API server may not serve
+        (an add-on's CRD, one deleted meanwhile). NotFound if it is not served."""
+        return self._find(api_version, name, None, lambda r: name in (r.kind, r.plural))
+
     def resource(self, api_version: str, kind: str) -> Resource:
         """The resource of a kind; kinds outside the static table are found once by
         :meth:`discover`."""

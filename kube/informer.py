@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.reflector import Reflector, Sink, Watched, WatchSettings, until_served
 from eventop.kube.resources import is_custom
@@ -159,10 +158,7 @@ class Informer(Sink):
 
         def find() -> Watched:
             # Discovery, not the static table: whether the kind is served is the question.
-            res = next((r for r in self.kube.discover(self.spec.api_version)
-                        if r.kind == self.spec.kind), None)
-            if res is None:
-                raise errors.NotFound(f"{self.spec} is not served", reason="NotFound")
+            res = self.kube.served(self.spec.api_version, self.spec.kind)
             if self.store is None:
                 self.store = Store(res.api_version, res.kind, namespaced=res.namespaced)
             return Watched(res, None, self.spec.selector, self.spec.metadata_only)

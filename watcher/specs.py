@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eventop.kube import Kube
-from eventop.kube.errors import NotFound
 from eventop.kube.reflector import Watched, watch_string
 from eventop.kube.resources import ResourceTable
 
@@ -71,12 +70,7 @@ class ResourceSpec:
         this API server serves it (an add-on's CRD, the snapshot API), and only discovery
         tells, so it is waited for quietly instead of listed into a 404 every few seconds."""
         if self.optional:
-            wanted = self.plural
-            res = next((r for r in kube.discover(self.api_version)
-                        if wanted in (r.plural, r.kind)), None)
-            if res is None:
-                raise NotFound(f"the API server does not serve {self.plural} in "
-                               f"{self.api_version}", reason="NotFound")
+            res = kube.served(self.api_version, self.plural)
         else:
             res = (kube.resource(self.api_version, self.plural) if self.plural[:1].isupper()
                    else kube.resource_by_plural(self.api_version, self.plural))

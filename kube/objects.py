@@ -201,7 +201,6 @@ def selector_matches(selector: Obj | None, labels: dict[str, str] | None) -> boo
     return True
 
 
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -231,7 +230,7 @@ def label_selector_problems(selector: Obj | None) -> list[str]:
 
 def _label_key_problems(key: str) -> list[str]:
     prefix, _, name = key.rpartition("/")
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name) or (
+    if not name or len(name) > 63 or not LABEL_VALUE.match(name) or (
             prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) \
             or key.startswith("/"):
         return [f"{key!r} is not a label key (an optional DNS prefix and '/', then at most 63 "
@@ -240,7 +239,7 @@ def _label_key_problems(key: str) -> list[str]:
 
 
 def _label_value_problems(key: Any, value: Any) -> list[str]:
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL_NAME.match(value):
+    if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
         return [f"{value!r} (key {key!r}) is not a label value (at most 63 letters, digits, "
                 "'-', '_' or '.', starting and ending with a letter or digit, or empty)"]
     return []

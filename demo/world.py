@@ -35,10 +35,11 @@ def load_examples(folder: Path) -> list[Obj]:
     seen: set[tuple[str, str, str]] = set()
     for path in sorted(folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            meta = (doc or {}).get("metadata") or {}
-            key = (doc.get("kind", ""), meta.get("namespace", ""), meta.get("name", "")) \
-                if doc else ("", "", "")
-            if doc and key not in seen:  # a Namespace each file that needs it declares
+            if not doc:
+                continue
+            meta = doc.get("metadata") or {}
+            key = (doc.get("kind", ""), meta.get("namespace", ""), meta.get("name", ""))
+            if key not in seen:  # a Namespace each file that needs it declares
                 seen.add(key)
                 docs.append(doc)
     # Namespaces and Secrets first: the custom resources refer to them.

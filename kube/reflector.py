@@ -93,6 +93,10 @@ class WatchSettings:
     resync_seconds: float = 300.0  # 0 disables the periodic resync
     page_size: int = 500
     backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 30.0))
+    # A stream that ended with nothing in it is spinning only if it was this short (client-go's
+    # "very short watch": under a second, no items). An idle kind's watch ends empty at its
+    # timeout every time; resuming it at once keeps the cache and the watcher current.
+    short_watch: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ class Reflector:
                 failures = 0 if progressed else failures + 1
                 if self._resync_due():
                     mode = "resync"
-                elif not progressed:  # an empty, short-lived stream: do not spin
+                elif not progressed:  # an empty stream under short_watch: do not spin
                     self.stop.wait(self.settings.backoff.delay(failures - 1))
             except Stopped:
                 return
@@ -320,7 +324,10 @@ class Reflector:
     # -- watch -----------------------------------------------------------------------
 
     def _watch(self) -> bool:
-        """One watch request from ``self.rv``. True if it carried anything (progress)."""
+        """One watch request from ``self.rv``. True if it carried anything, or the server ended
+        it after at least ``short_watch`` (a healthy stream of an idle kind ends empty at its
+        timeout); False for an empty stream that ended at once or broke, which the loop backs
+        off from."""
         timeout = self.settings.watch_timeout
         if self._next_resync != math.inf:
             timeout = max(1, min(timeout, math.ceil(self._next_resync - time.monotonic())))
@@ -337,6 +344,7 @@ class Reflector:
                                      (self.settings.connect_timeout, self.settings.read_timeout),
                                      **({"metadata_only": True} if w.metadata_only else {}))
         before = self._lines_ok
+        began = time.monotonic()
         try:
             for line in lines:
                 if self.stop.is_set():
@@ -345,6 +353,9 @@ class Reflector:
                     break
                 if self._resync_due():
                     break
+            else:  # the server ended the stream, at its timeoutSeconds if it lasted that long
+                if time.monotonic() - began >= self.settings.short_watch:
+                    return True
         except urllib3.exceptions.ReadTimeoutError:
             self.log.warning("%s: no event or bookmark for %.0fs, the watch looks hung; "
                         "reconnecting from resourceVersion %s", self.name,

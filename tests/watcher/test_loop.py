@@ -19,7 +19,7 @@ import pytest
 
 from eventop.kube import Kube, Unavailable
 from eventop.kube.errors import Conflict
-from eventop.kube.reflector import WatchSettings
+from eventop.kube.reflector import Reflector, Sink, Watched, WatchSettings
 from eventop.kube.resources import Resource, ResourceTable
 from eventop.watcher.delivery import Backoff, Deliverer, RetryPolicy
 from eventop.watcher.specs import ResourceSpec
@@ -214,3 +214,59 @@ def test_periodic_resync_sends_every_object_again_as_update(sink, run_loop) -> N
     assert of(sink, "uid-a")[:2] == ["add uid-a 10", "update uid-a 10"]
     assert of(sink, "uid-b")[:1] == ["add uid-b 11"]
     assert set(of(sink, "uid-b")[1:]) <= {"update uid-b 11"}  # later resyncs, same ids
+
+
+class CountingBackoff(Backoff):
+    """A backoff that waits nothing and records which attempts asked it for a delay."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 0.0)
+        object.__setattr__(self, "attempts", [])
+
+    def delay(self, attempt: int) -> float:
+        self.attempts.append(attempt)  # type: ignore[attr-defined]
+        return 0.0
+
+
+def empty_watches(kube: ScriptedKube, count: int, lasting: float) -> None:
+    """Every watch ends with nothing in it after ``lasting`` seconds, as an idle kind's does
+    at its timeoutSeconds; the script is done after ``count`` of them."""
+
+    def empty(*args: Any, **kw: Any) -> Iterator[bytes]:
+        kube.watch_queries.append(dict(args[2]))
+        if len(kube.watch_queries) >= count:
+            kube.done.set()
+
+        def stream() -> Iterator[bytes]:  # lazy, as the real one: the request comes first
+            time.sleep(lasting)
+            yield from ()
+
+        return stream()
+
+    kube.iter_watch = empty  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(("lasting", "backed_off"), [(0.15, False), (0.0, True)])
+def test_an_idle_kinds_watch_ending_at_its_timeout_resumes_at_once_only_instant_ends_back_off(
+        lasting: float, backed_off: bool) -> None:
+    # An idle kind's every watch ends empty at its timeout; counting those as failures grew the
+    # wait before the next watch to 15-30 s after a few minutes, a gap in which the router's
+    # cache and the watcher were blind (seen as the router's 503 "cache did not reach ..." on
+    # a real API server after ten idle minutes). An empty stream that ends at once still backs off.
+    kube = ScriptedKube([[cm("a", 10)]], [])
+    empty_watches(kube, 6, lasting)
+    backoff = CountingBackoff()
+    stop = threading.Event()
+    reflector = Reflector(kube, Watched(kube.resources.by_kind("v1", "ConfigMap")),
+                          Sink(), WatchSettings(backoff=backoff, short_watch=0.1), stop).start()
+    try:
+        assert kube.done.wait(10), "the reflector did not watch again"
+    finally:
+        stop.set()
+        reflector.join(5)
+    assert len(kube.watch_queries) >= 6
+    assert {q["resourceVersion"] for q in kube.watch_queries} == {"100"}
+    if backed_off:
+        assert backoff.attempts[:5] == [0, 1, 2, 3, 4]  # growing, as before
+    else:
+        assert backoff.attempts == []

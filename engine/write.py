@@ -315,5 +315,17 @@ def _terminating(exc: errors.KubeError) -> bool:
 def _error(action: Action, exc: BaseException, status: int) -> WriteError:
     message = getattr(exc, "message", None) or str(exc)
     return WriteError(action.verb, action.kind, action.namespace, action.name,
-                      message.strip().splitlines()[0] if message.strip() else message, status,
-                      str(getattr(exc, "reason", "") or ""))
+                      one_line(message), status, str(getattr(exc, "reason", "") or ""))
+
+
+#: Longest refusal message kept (a condition's or an Event's message, a log line).
+MESSAGE_LIMIT = 1000
+
+
+def one_line(message: str) -> str:
+    """The API server's message on one line, whole: a field-manager conflict lists the
+    fields, an RBAC escalation the rules not held, each on lines of their own after the
+    first (``- .data.a``); the first line alone ends in a colon and says nothing."""
+    parts = [line.strip().removeprefix("- ") for line in message.strip().splitlines()]
+    text = " ".join(p for p in parts if p)
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 1] + "…"

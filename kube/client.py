@@ -274,15 +274,29 @@ class Kube:
     # -- writes ----------------------------------------------------------------------
 
     def apply(self, obj: Obj, *, force: bool = True, subresource: str | None = None) -> Obj:
-        """Server-side apply ``obj`` (must carry apiVersion, kind, metadata.name)."""
+        """Server-side apply ``obj`` (must carry apiVersion, kind, metadata.name).
+
+        Without ``force``, fields another manager set are not taken: the API server answers
+        409 naming them. Fields this manager itself set by :meth:`create` or :meth:`replace`
+        are not another's, but the API server keeps those writes (operation Update) apart
+        from its applies and reports them as conflicts too: an apply refused for those alone
+        is sent again with force (see :meth:`~eventop.kube.errors.Conflict.only_with`).
+        """
         res = self.resource(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
+        path = res.path(meta.get("namespace"), meta["name"], subresource)
         query: list[tuple[str, Any]] = [("fieldManager", self.field_manager)]
-        if force:
-            query.append(("force", "true"))
-        result: Obj = self.request(
-            "PATCH", res.path(meta.get("namespace"), meta["name"], subresource), verb="apply",
-            query=query, body=obj, content_type="application/apply-patch+yaml")
+        if not force:
+            try:
+                result: Obj = self.request("PATCH", path, verb="apply", query=query, body=obj,
+                                           content_type="application/apply-patch+yaml")
+                return result
+            except errors.Conflict as exc:
+                if not exc.only_with(self.field_manager):
+                    raise
+        query.append(("force", "true"))
+        result = self.request("PATCH", path, verb="apply", query=query, body=obj,
+                              content_type="application/apply-patch+yaml")
         return result
 
     def create(self, obj: Obj) -> Obj:

@@ -10,6 +10,7 @@ is retried by its sender.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -42,6 +43,36 @@ class NotFound(KubeError):
 class Conflict(KubeError):
     """409: already exists, stale resourceVersion, or a server-side-apply field conflict."""
     status = 409
+
+    def only_with(self, field_manager: str) -> bool:
+        """Is this a server-side-apply conflict with nobody but ``field_manager``'s own
+        non-apply writes (its create or update, recorded as operation Update)?
+
+        The API server keeps a manager's Update and Apply entries apart, so the first apply
+        without force of an object the same manager created conflicts with itself on every
+        field it changes. Each cause reads ``conflict with "<manager>" using <apiVersion>``
+        (kube-apiserver's fieldmanager ``printManager``; ``with subresource`` for another
+        subresource's entry, which is not the same writer)."""
+        causes = [c for c in self.causes if c.get("reason") == "FieldManagerConflict"]
+        return bool(causes) and all(_updater(str(c.get("message") or "")) == field_manager
+                                    for c in causes)
+
+
+#: One field-manager conflict cause with an Update entry: the manager's name as Go quotes
+#: it, then `` using <apiVersion>`` (and `` at <time>`` where the entry has one).
+_CONFLICT_WITH = re.compile(r'^conflict with ("(?:[^"\\]|\\.)*") using [^ ]+(?: at [^ ]+)?$')
+
+
+def _updater(message: str) -> str | None:
+    """The manager named by a conflict cause with an Update entry, else None."""
+    found = _CONFLICT_WITH.match(message)
+    if found is None:
+        return None
+    try:
+        name = json.loads(found[1])
+    except ValueError:  # a Go escape JSON does not have: not a name eventop gives
+        return None
+    return name if isinstance(name, str) else None
 
 
 class Expired(Conflict):

@@ -9,7 +9,7 @@ from typing import Any
 
 from eventop.engine.desired import Child
 from eventop.engine.plan import Action, Plan
-from eventop.engine.write import InFlight, execute
+from eventop.engine.write import MESSAGE_LIMIT, InFlight, execute, one_line
 
 Obj = dict[str, Any]
 PARENT = {"apiVersion": "example.com/v1", "kind": "Team",
@@ -86,3 +86,18 @@ def test_another_write_of_a_child_in_flight_is_sent_after_it() -> None:
         first.result(10)
         assert [o["data"] for o in second.result(10).updated] == [{"members": "ann,bob"}]
     assert writer.calls == [("create", "ann"), ("apply", "ann,bob")]
+
+
+def test_a_refusal_keeps_the_api_servers_whole_message_on_one_line() -> None:
+    # As a v1.24 API server words them: the first line alone ends at the colon.
+    conflict = ('Apply failed with 2 conflicts: conflicts with "eventop-x" using v1:\n- .data.a\n'
+                'conflicts with "kubectl-patch" using v1:\n- .data.b')
+    assert one_line(conflict) == ('Apply failed with 2 conflicts: conflicts with "eventop-x" '
+                                  'using v1: .data.a conflicts with "kubectl-patch" using v1: '
+                                  '.data.b')
+    escalation = ('rolebindings.rbac.authorization.k8s.io "admins" is forbidden: user "x" is '
+                  'attempting to grant RBAC permissions not currently held:\n'
+                  '{APIGroups:[""], Resources:["pods"], Verbs:["create"]}')
+    assert one_line(escalation).endswith('held: {APIGroups:[""], Resources:["pods"], '
+                                         'Verbs:["create"]}')
+    assert len(one_line("x" * 5000)) == MESSAGE_LIMIT

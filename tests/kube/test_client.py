@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eventop.kube import Kube, NotFound, Unavailable
+from eventop.kube.errors import Conflict
 from eventop.localkube import LocalKube
 
 EVENTOP_KINDS = {("eventop.dev/v1", "CopyRule"), ("eventop.dev/v1", "ExchangeRate"),
@@ -130,3 +131,38 @@ def test_a_filtered_list_is_asked_for_in_one_page_and_an_unfiltered_one_in_pages
     queries = [q for m, p, q, _ in list(local_kube.requests) if p.endswith("/configmaps")]
     assert "limit" not in queries[0] and "labelSelector=pick" in queries[0]
     assert all("limit=2" in q for q in queries[1:]) and len(queries) >= 4
+
+
+def test_an_apply_without_force_takes_back_its_own_created_fields_but_never_anothers(
+        kube: Kube, local_kube) -> None:
+    """The API server keeps a manager's create (operation Update) apart from its applies, so
+    a plain apply of a child the engine created conflicted with the engine itself on every
+    field it changed: every spec change of a handler's default child was refused (seen on a
+    real v1.24 API server). A conflict with another manager is still refused."""
+    mine = kube.for_manager("eventop-mine")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "own-fields", "namespace": "default"}, "data": {"a": "1", "b": "1"}}
+    mine.create(cm)
+    applied = mine.apply({**cm, "data": {"a": "2", "b": "1"}}, force=False)
+    assert applied["data"] == {"a": "2", "b": "1"}
+    kube.for_manager("someone-else").apply(
+        {**cm, "metadata": {**cm["metadata"]}, "data": {"b": "theirs"}}, force=True)
+    with pytest.raises(Conflict) as refused:
+        mine.apply({**cm, "data": {"a": "3", "b": "1"}}, force=False)
+    assert not refused.value.only_with("eventop-mine")
+    assert kube.get("v1", "ConfigMap", "own-fields", "default")["data"] == {"a": "2",
+                                                                           "b": "theirs"}
+
+
+@pytest.mark.parametrize(("message", "manager"), [
+    ('conflict with "eventop-mine" using v1', "eventop-mine"),
+    ('conflict with "eventop-mine" using apps/v1 at 2026-11-27T21:00:00Z', "eventop-mine"),
+    ('conflict with "eventop-mine"', None),  # its own Apply entry: not a create of its own
+    ('conflict with "eventop-mine" with subresource "status" using v1', None),
+    ('conflict with "kubectl-edit" using v1', "kubectl-edit"),
+])
+def test_a_conflict_is_only_with_the_manager_whose_update_entry_every_cause_names(
+        message: str, manager: str | None) -> None:
+    exc = Conflict("Apply failed", body={"details": {"causes": [
+        {"reason": "FieldManagerConflict", "message": message, "field": ".data.a"}]}})
+    assert exc.only_with("eventop-mine") is (manager == "eventop-mine")

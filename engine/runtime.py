@@ -37,6 +37,7 @@ from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.objects import name_selector
 from eventop.kube.recent import Recent
+from eventop.kube.resources import is_custom
 from eventop.kube.store import Store, rv_int
 
 log = logging.getLogger("eventop.engine")
@@ -255,19 +256,21 @@ class Engine:
     def readiness(self) -> tuple[bool, str]:
         """Ready once every handler whose CRDs are installed has its caches synced; a
         handler waiting for a CRD is named but does not hold the others back."""
-        waiting, syncing = [], []
+        waiting, syncing, custom = [], [], False
         for ctl in self.controllers.values():
             state, kinds = self._state(ctl)
             if state == "missing":
                 waiting.append(f"{ctl.name} waits for {', '.join(kinds)} to be served")
+                custom = custom or any(is_custom(k.rpartition("/")[0]) for k in kinds)
             elif state == "syncing":
                 syncing.append(f"{ctl.name} ({', '.join(kinds)})")
         if syncing:
             return False, "caches not synced yet: " + "; ".join(syncing)
         text = "caches synced"
         if waiting:
-            text += "; " + "; ".join(waiting) + " (a CustomResourceDefinition to install, e.g. "\
-                "kubectl apply -k crds/?)"
+            text += "; " + "; ".join(waiting) + (
+                " (a CustomResourceDefinition to install, e.g. kubectl apply -k crds/?)"
+                if custom else " (a group/version this API server does not enable)")
         return True, text
 
     # -- events in -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from eventop.kube import errors
 from eventop.kube.connection import api_client, configuration
 from eventop.kube.metrics import KUBE_REQUESTS, resource_label
 from eventop.kube.objects import kube_event, now_rfc3339, status_changed
-from eventop.kube.resources import Resource, ResourceTable
+from eventop.kube.resources import Resource, ResourceTable, is_custom
 
 log = logging.getLogger("eventop.kube")
 
@@ -160,9 +160,11 @@ class Kube:
               wanted: Callable[[Resource], bool]) -> Resource:
         res = known or next((r for r in self.discover(api_version) if wanted(r)), None)
         if res is None:
+            hint = ("is its CustomResourceDefinition installed?" if is_custom(api_version)
+                    else "a built-in group: check the name and version with "
+                         "`kubectl api-resources`")
             raise errors.NotFound(f"the API server does not serve {what} in {api_version} "
-                                  "(is its CustomResourceDefinition installed?)",
-                                  reason="NotFound")
+                                  f"({hint})", reason="NotFound")
         return res
 
     # -- reads -----------------------------------------------------------------------

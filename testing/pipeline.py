@@ -59,8 +59,10 @@ class Pipeline:
             if resources:
                 watch_env["EVENTOP_RESOURCES"] = resources
             try:
-                self.watcher = WatcherProcess(self.router.url, watch_env, self.log_dir,
-                                              cwd=cwd)
+                self.watcher = WatcherProcess(
+                    self.router.url, watch_env, self.log_dir, cwd=cwd,
+                    wait_watching=str(watch_env.get("EVENTOP_LOG_LEVEL") or os.environ.get(
+                        "EVENTOP_LOG_LEVEL") or "INFO").upper() in ("DEBUG", "INFO"))
             except BaseException:
                 self.router.stop(keep_log=True)
                 raise

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -77,6 +78,19 @@ class Process:
         self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=self.cwd, env=full_env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
+    def _started(self, ready: Callable[[], None]) -> None:
+        """Wait for ``ready()``; if it fails (the process exited at start, or never got
+        ready), stop the process, keep its log and raise what its last line says."""
+        try:
+            ready()
+        except BaseException as exc:  # also Ctrl-C: never leave the process running
+            self.stop(keep_log=True)
+            if not isinstance(exc, Exception):
+                raise
+            said = self.log().strip().splitlines()
+            raise RuntimeError(f"{exc}; its log ({self.log_path}) ends: "
+                               f"{said[-1] if said else '(empty)'}") from exc
+
     def log(self) -> str:
         """Everything the process wrote so far (also after :meth:`stop` with ``keep_log``)."""
         if not self._log.closed:
@@ -116,21 +130,31 @@ class RouterProcess(Process):
         super().__init__("router", ["eventop.router", "--host", "127.0.0.1",
                                     "--port", str(self.port), *chosen, *(extra_args or [])],
                          env, log_dir, cwd)
-        try:
-            wait_http(self.url + "/healthz", proc=self.proc)
-        except BaseException as exc:  # also Ctrl-C: never leave the router running
-            self.stop(keep_log=True)
-            if not isinstance(exc, Exception):
-                raise
-            said = self.log().strip().splitlines()
-            raise RuntimeError(f"{exc}; its log ({self.log_path}) ends: "
-                               f"{said[-1] if said else '(empty)'}") from exc
+        self._started(lambda: wait_http(self.url + "/healthz", proc=self.proc))
 
 
 class WatcherProcess(Process):
     """``python -m eventop.watcher run`` posting to ``sink``."""
 
     def __init__(self, sink: str, env: dict[str, str], log_dir: str | None = None,
-                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: str | Path | None = None, *,
+                 wait_watching: bool = False) -> None:
+        """``wait_watching``: return only once the watcher logged what it watches (at INFO,
+        the default level), and raise if it exited at start instead."""
         super().__init__("watcher", ["eventop.watcher", "run", *(extra_args or [])],
                          {**env, "K_SINK": sink}, log_dir, cwd)
+        if wait_watching:
+            self._started(self._wait_watching)
+
+    def _wait_watching(self, timeout: float = 30.0) -> None:
+        """Until the watcher says what it watches (its start checks passed: the resources
+        exist, the selectors parse); a watcher that exits at start is an error here, not a
+        test timing out later on what it never delivered."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "watching " in self.log():
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the watcher exited with {self.proc.returncode} at start")
+            time.sleep(0.05)
+        raise TimeoutError(f"the watcher did not start watching within {timeout:g}s")

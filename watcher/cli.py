@@ -249,7 +249,7 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
     for spec in specs:
         try:
             if "." not in spec.group or spec.label_selector:
-                res = kube.resource_by_plural(spec.api_version, spec.plural)
+                res = spec.resource(kube)
             if spec.label_selector:
                 next(kube.pages(res, spec.namespace, label_selector=spec.label_selector,
                                 limit=1, metadata_only=True))

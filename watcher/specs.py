@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from eventop.kube import Kube
 from eventop.kube.reflector import Watched, watch_string
-from eventop.kube.resources import ResourceTable
+from eventop.kube.resources import Resource, ResourceTable
 
 if TYPE_CHECKING:
     from eventop.handlers.registry import Registry
@@ -69,12 +69,16 @@ class ResourceSpec:
         resource is always looked up by discovery: the static table knows it whether or not
         this API server serves it (an add-on's CRD, the snapshot API), and only discovery
         tells, so it is waited for quietly instead of listed into a 404 every few seconds."""
-        if self.optional:
-            res = kube.served(self.api_version, self.plural)
-        else:
-            res = (kube.resource(self.api_version, self.plural) if self.plural[:1].isupper()
-                   else kube.resource_by_plural(self.api_version, self.plural))
+        res = kube.served(self.api_version, self.plural) if self.optional else self.resource(kube)
         return Watched(res, self.namespace, self.label_selector)
+
+    def resource(self, kube: Kube) -> Resource:
+        """The resource named by its plural, or by its kind (capitalised, as the watch list
+        derived from handlers names kinds the static table does not know): the static
+        table, else API discovery. NotFound if the API server does not serve it."""
+        if self.plural[:1].isupper():
+            return kube.resource(self.api_version, self.plural)
+        return kube.resource_by_plural(self.api_version, self.plural)
 
 
 def parse_resources(text: str) -> list[ResourceSpec]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eventop.testing import LocalCluster, Pipeline
+from eventop.testing import LocalCluster, Pipeline, eventually
 
 HANDLER = '''
 from eventop import on
@@ -46,3 +46,62 @@ def test_a_router_token_is_sent_with_every_event(cluster: LocalCluster, tmp_path
         assert router.post("add", cluster.put(CM)) == 200
         router._auth = {}  # as a sender without the token
         assert router.post("update", cluster.put(CM)) == 401
+
+
+def test_a_watcher_that_exits_at_start_fails_the_pipeline_with_its_reason(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    # Before, the watcher's exit went unnoticed and the test failed 30 s later on a copy
+    # that never came, its reason only in a log file.
+    (tmp_path / "seen.py").write_text(HANDLER)
+    with pytest.raises(RuntimeError, match=r"exited with 2 at start.*nosuchthings"):
+        Pipeline(cluster, str(tmp_path / "seen.py"), watcher=True,
+                 resources="v1/nosuchthings", cwd=tmp_path)
+
+
+def test_a_handler_owning_quotas_and_role_bindings_runs_on_the_local_api_server(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    """The kinds a tenant operator writes are served by the local API server, and the
+    watcher watches them as the handlers derive them (by kind where the plural is not known)."""
+    (tmp_path / "tenants.py").write_text(TENANTS)
+    cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+    with Pipeline(cluster, str(tmp_path / "tenants.py"), watcher=True, cwd=tmp_path):
+        cluster.put({**CM, "metadata": {"name": "tenant", "namespace": "team"},
+                     "data": {"cpu": "2"}})
+        quota = eventually(lambda: cluster.get("v1", "ResourceQuota", "quota", "team"),
+                           what="the quota")
+        assert quota["spec"]["hard"] == {"cpu": "2"}
+        cluster.put({**CM, "metadata": {"name": "tenant", "namespace": "team"},
+                     "data": {"cpu": "3"}})  # a change of what the engine created
+        eventually(lambda: (cluster.get("v1", "ResourceQuota", "quota", "team") or {})
+                   .get("spec", {}).get("hard") == {"cpu": "3"}, what="the quota updated")
+        binding = eventually(lambda: cluster.get("rbac.authorization.k8s.io/v1", "RoleBinding",
+                                                 "admins", "team"), what="the binding")
+        assert binding["subjects"][0]["name"] == "alice"
+
+
+TENANTS = '''
+from eventop.engine import Controller, Desired
+from eventop.handlers import Registry
+
+registry = Registry()
+tenants = Controller("tenants", parent="v1/ConfigMap",
+                     owns=["v1/ResourceQuota", "rbac.authorization.k8s.io/v1/RoleBinding"],
+                     registry=registry)
+
+
+@tenants.reconcile
+def want(cm, reads):
+    if cm["metadata"]["name"] != "tenant":
+        return Desired([])
+    ns = cm["metadata"]["namespace"]
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "quota", "namespace": ns},
+             "spec": {"hard": {"cpu": cm["data"]["cpu"]}}}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "admins", "namespace": ns},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "admin"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                             "name": "alice"}]}
+    return Desired([quota, binding])
+'''

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from eventop.cli import ConfigError
+from eventop.kube.resources import ResourceTable
 from eventop.watcher.cli import build_parser, check_resources, main
 from eventop.watcher.recording import load_recording
 from eventop.watcher.specs import ResourceSpec, parse_resources
@@ -210,6 +211,18 @@ def test_a_custom_resource_not_installed_yet_is_waited_for_not_refused(kube) -> 
                                    ResourceSpec.parse("apps/v1/statefulsets")])
     with pytest.raises(ConfigError, match="'statefulset' in apps/v1"):
         check_resources(kube, [ResourceSpec.parse("apps/v1/statefulset")])
+
+
+def test_a_built_in_resource_named_by_its_kind_as_derived_from_handlers_is_accepted(
+        kube) -> None:
+    """The watch list derived from handlers names a kind the static table does not know by
+    its kind (``v1/ResourceQuota`` before the table had it): found by discovery, as the
+    watch loop finds it, never refused as a typo."""
+    kube.resources = ResourceTable(())  # nothing known without asking the API server
+    check_resources(kube, [ResourceSpec("", "v1", "ResourceQuota"),
+                           ResourceSpec("rbac.authorization.k8s.io", "v1", "RoleBinding")])
+    with pytest.raises(ConfigError, match="'NoSuchKind' in v1"):
+        check_resources(kube, [ResourceSpec("", "v1", "NoSuchKind")])
 
 
 def test_a_label_selector_the_api_server_refuses_is_one_line_at_start(kube) -> None:

@@ -52,6 +52,9 @@ FINALIZER_DOMAIN = "eventop.dev"
 #: Marks a child that is not owned (``Child(owned=False)``: it outlives its parent) as the
 #: child of the parent of this uid.
 PARENT_UID_LABEL = "eventop.dev/parent-uid"
+#: Names the controller that wrote a child, where two controllers of one parent kind own the
+#: same child kind: each prunes only its own, instead of each other's in a loop.
+CONTROLLER_ANNOTATION = "eventop.dev/controller"
 
 
 class Controller:
@@ -98,6 +101,9 @@ class Controller:
         self.reconcile_fn: ReconcileFn | None = None
         self.finalize_fn: ReconcileFn | None = None
         self.adopt_fn: AdoptFn | None = None
+        #: Owned kinds another controller of the same parent kind owns too (see
+        #: :func:`share_children`): children of these carry CONTROLLER_ANNOTATION.
+        self.shared: set[tuple[str, str]] = set()
         self.mappers: dict[tuple[str, str], tuple[Kind, MapFn]] = {}
         self.triggers_by_type: dict[str, TriggerFn] = {}
         self._kinds: tuple[list[Kind], list[Kind]] | None = None  # (kinds, event kinds)
@@ -226,6 +232,20 @@ class Controller:
         for fn in dict.fromkeys(wanted):
             keys.update(_to_key(item) for item in fn(event, reads) or ())
         return keys
+
+
+def share_children(controllers: Iterable[Controller]) -> None:
+    """Mark the owned kinds that two controllers of one parent kind both own (a Tenant's
+    RoleBindings written by two handlers): every child of one parent has that parent's
+    ownerReference, so only an annotation tells whose it is, to prune and to update."""
+    by_parent: dict[tuple[str, str], list[Controller]] = {}
+    for ctl in controllers:
+        by_parent.setdefault(ctl.parent.key, []).append(ctl)
+    for group in by_parent.values():
+        for ctl in group:
+            for other in group:
+                if other is not ctl:
+                    ctl.shared |= {k.key for k in ctl.owns} & {k.key for k in other.owns}
 
 
 def _controller_ref(obj: Obj) -> Obj | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eventop.engine.controller import PARENT_UID_LABEL, Controller
+from eventop.engine.controller import CONTROLLER_ANNOTATION, PARENT_UID_LABEL, Controller
 from eventop.engine.desired import Child, Conflict, Desired
 from eventop.engine.reads import Reads
 from eventop.kube.objects import owner_reference
@@ -58,7 +58,7 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
     uid = str(parent["metadata"]["uid"])
     wanted: set[tuple[str, str, str, str]] = set()
     for child in desired.child_list():
-        body = prepare(child, parent)
+        body = prepare(child, parent, ctl)
         meta = body["metadata"]
         api_version, kind = body["apiVersion"], body["kind"]
         ns, name = meta.get("namespace") or "", meta["name"]
@@ -78,6 +78,11 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
             continue
         if (existing.get("metadata") or {}).get("deletionTimestamp"):
             result.skipped.append(body)  # created again once it is gone
+            continue
+        other = _other_controller(ctl, existing)
+        if other:
+            result.conflicts.append(Conflict(kind, ns, name, f"is controller {other}'s child "
+                                             f"of {parent['kind']} {_name(parent)}"))
             continue
         if not is_ours(existing, uid):
             if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
@@ -102,8 +107,9 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
                 meta = obj["metadata"]
                 ns = meta.get("namespace") or ""
                 if ((k.api_version, k.kind, ns, meta["name"]) in wanted
-                        or meta.get("deletionTimestamp") or (ns and terminating(ns))):
-                    continue
+                        or meta.get("deletionTimestamp") or (ns and terminating(ns))
+                        or (k.key in ctl.shared and _annotated(obj) != ctl.name)):
+                    continue  # (another controller's child, or one from before they shared)
                 result.actions.append(Action("delete", k.kind, ns, meta["name"], None, obj))
     for obj in desired.delete:
         meta = obj.get("metadata") or {}
@@ -119,10 +125,14 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
     return result
 
 
-def prepare(child: Child, parent: Obj) -> Obj:
-    """The body to write: the child with its ownerReference (or parent-uid label) added."""
+def prepare(child: Child, parent: Obj, ctl: Controller | None = None) -> Obj:
+    """The body to write: the child with its ownerReference (or parent-uid label) added, and
+    the controller's name where another controller of the parent kind owns its kind too."""
     obj = dict(child.obj)
     meta = dict(obj["metadata"])
+    if ctl is not None and (obj.get("apiVersion"), obj.get("kind")) in ctl.shared:
+        meta["annotations"] = {**(meta.get("annotations") or {}),
+                               CONTROLLER_ANNOTATION: ctl.name}
     uid = str(parent["metadata"]["uid"])
     if child.owned:
         refs = list(meta.get("ownerReferences") or [])
@@ -133,6 +143,18 @@ def prepare(child: Child, parent: Obj) -> Obj:
         meta["labels"] = {**(meta.get("labels") or {}), PARENT_UID_LABEL: uid}
     obj["metadata"] = meta
     return obj
+
+
+def _annotated(obj: Obj) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(CONTROLLER_ANNOTATION)
+
+
+def _other_controller(ctl: Controller, existing: Obj) -> str | None:
+    """The other controller (of the same parent kind) whose child ``existing`` is, if any."""
+    if (existing.get("apiVersion"), existing.get("kind")) not in ctl.shared:
+        return None
+    name = _annotated(existing)
+    return name if name and name != ctl.name else None
 
 
 def is_ours(obj: Obj, parent_uid: str) -> bool:

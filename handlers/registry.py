@@ -164,12 +164,15 @@ class Registry:
 
     def add(self, controller: Controller) -> Controller:
         """Register a controller (``Controller(..., registry=r)`` calls this)."""
+        from eventop.engine.controller import share_children
+
         same = self._controllers.get(controller.name)
         if same is not None and same is not controller:
             raise ValueError(f"two controllers are named {controller.name!r} "
                              f"({same.module} and {controller.module}); names must be unique "
                              "because they are the field managers")
         self._controllers[controller.name] = controller
+        share_children(self._controllers.values())
         return controller
 
     def include(self, other: Registry, *, module_prefix: str | None = None) -> Registry:

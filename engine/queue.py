@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections import deque
@@ -127,7 +128,8 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._ready: deque[Item] = deque()
         self._states: dict[Item, _State] = {}
-        self._delayed: list[tuple[float, int, Item]] = []
+        self._delayed: list[tuple[float, int, Item]] = []  # a heap: one entry per key
+        self._due: dict[Item, float] = {}  # each delayed key's one due time, the earliest
         self._seq = itertools.count()
         self._closed = False
         #: Counts for /metrics and tests: requests, merged into a queued or running key, runs.
@@ -140,7 +142,7 @@ class WorkQueue:
     def idle(self) -> bool:
         """Nothing queued, running or waiting for a delay."""
         with self._cond:
-            return not self._ready and not self._delayed and not any(
+            return not self._ready and not self._due and not any(
                 s.running or s.queued for s in self._states.values())
 
     def add(self, item: Item, ticket: Ticket | None = None, since: float | None = None, *,
@@ -204,10 +206,21 @@ class WorkQueue:
         self._cond.notify()
 
     def add_after(self, item: Item, delay: float) -> None:
-        """Request a run of ``item`` in ``delay`` seconds (a handler's requeue_after)."""
+        """Request a run of ``item`` in ``delay`` seconds (a handler's requeue_after).
+
+        A key keeps one due time, the earliest asked for: the run then recomputes what it
+        waits for and asks again. (Every run of a Database asks for one at its next backup
+        tick; kept apart, they piled up by the thousand until the tick, each making every
+        :meth:`done` scan longer.)"""
+        due = time.monotonic() + max(0.0, delay)
         with self._cond:
-            heapq.heappush(self._delayed, (time.monotonic() + max(0.0, delay),
-                                           next(self._seq), item))
+            if self._due.get(item, math.inf) <= due:
+                return
+            if item in self._due:  # an earlier time replaces the later one
+                self._delayed = [entry for entry in self._delayed if entry[2] != item]
+                heapq.heapify(self._delayed)
+            self._due[item] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), item))
             self._cond.notify()
 
     def retry(self, item: Item) -> float:
@@ -297,7 +310,8 @@ class WorkQueue:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, item = heapq.heappop(self._delayed)
+            del self._due[item]
             self._request(item, self._states.setdefault(item, _State()))
 
     def _is_delayed(self, item: Item) -> bool:
-        return any(entry[2] == item for entry in self._delayed)
+        return item in self._due

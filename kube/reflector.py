@@ -73,6 +73,11 @@ class Stopped(Exception):
     """The loop is shutting down."""
 
 
+#: Longest wait between attempts to list/watch while the API server fails (the watcher's
+#: ``--api-backoff-max`` default too).
+API_BACKOFF_MAX = 4.0
+
+
 @dataclass(frozen=True)
 class WatchSettings:
     """Every interval is configurable so tests can make failures happen in a second."""
@@ -92,7 +97,10 @@ class WatchSettings:
     connect_timeout: float = 5.0
     resync_seconds: float = 300.0  # 0 disables the periodic resync
     page_size: int = 500
-    backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 30.0))
+    # Short, so that a cache is current within seconds of the API server answering again:
+    # capped at 30 s (client-go's), the router's caches came back up to 24 s after the
+    # watcher, and the events in between waited for them and were answered 503.
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.5, API_BACKOFF_MAX))
     # A stream that ended with nothing in it is spinning only if it was this short (client-go's
     # "very short watch": under a second, no items). An idle kind's watch ends empty at its
     # timeout every time; resuming it at once keeps the cache and the watcher current.

@@ -32,7 +32,7 @@ from eventop.cli import (
 from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
-from eventop.kube.reflector import WatchSettings
+from eventop.kube.reflector import API_BACKOFF_MAX, WatchSettings
 from eventop.router.auth import bearer_header
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.sink import SinkClient
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     env_flag(run, "--read-timeout", "EVENTOP_READ_TIMEOUT_SECONDS", 55.0,
              "a watch silent for this long (no event, no bookmark) is considered hung and "
              "resumed; keep it above --watch-timeout", number(above=0))
-    env_flag(run, "--api-backoff-max", "EVENTOP_API_BACKOFF_MAX_SECONDS", 4.0,
+    env_flag(run, "--api-backoff-max", "EVENTOP_API_BACKOFF_MAX_SECONDS", API_BACKOFF_MAX,
              "longest wait between attempts to list/watch while the API server fails; short, "
              "so the watcher is back within seconds of the API server answering again",
              number(above=0))

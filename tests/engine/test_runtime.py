@@ -482,6 +482,20 @@ def test_queue_backs_off_a_failing_key_alone() -> None:
     assert queue.get(2) == "soon"
 
 
+def test_a_key_asked_for_again_and_again_later_keeps_one_due_time_the_earliest() -> None:
+    """Every run of a Database asks for a run at its next backup tick; kept apart, the
+    requests piled up (thousands a day) and every done() scanned them all."""
+    queue = WorkQueue()
+    for _ in range(1000):
+        queue.add_after("db", 3600)
+    queue.add_after("db", 0.05)  # sooner: replaces the later one
+    queue.add_after("db", 60)
+    assert len(queue._delayed) == 1
+    assert queue.get(2) == "db"
+    queue.done(Result("db", True))
+    assert queue._delayed == [] and queue.idle()
+
+
 def test_key_of_an_owned_child_is_its_controllers() -> None:
     counting = Counting()
     child = {"apiVersion": "v1", "kind": "Secret",

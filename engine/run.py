@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventop.engine.controller import Controller
-from eventop.engine.desired import Desired, Note, Outcome
+from eventop.engine.desired import Desired, Note, Outcome, WriteError
 from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
@@ -44,6 +44,11 @@ class RunResult:
     status_written: bool = False
     #: Some write lost a race: run again soon (with backoff), whatever the events say.
     retry: bool = False
+    #: A child is not as desired (a conflict, a refused write): run again with growing
+    #: backoff (up to 5 minutes), as controller-runtime and kopf retry a failed reconcile.
+    #: What resolves it often sends no event this handler sees: an RBAC grant, an admission
+    #: webhook fixed, a squatting object deleted, a namespace created.
+    unsettled: bool = False
     #: The status was computed before this run's writes (a value, not a function of the
     #: outcome): a run reading the cache that holds them may find another one.
     status_before_writes: bool = False
@@ -105,6 +110,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
                           prior=prior, dispatched=pipeline.dispatched)
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry,
+                       unsettled=bool(outcome.conflicts or outcome.errors),
                        status_before_writes=bool(outcome.writes) and isinstance(
                            desired.status, dict))
     status = desired.status_for(outcome)
@@ -157,9 +163,20 @@ def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
     """A Warning Event per write the API server refused that this process has not reported
     for this parent yet (with the API server's reason: an invalid quantity, a quota...)."""
     return _once(seen, "refused: ", {
-        str(e): Note("Warning", "WriteRefused", f"the API server refused to {e}: fix what it "
-                     "names in the spec; it is tried again when something changes")
+        str(e): Note("Warning", "WriteRefused", f"the API server refused to {e}: "
+                     f"{_what_to_do(e)}; tried again with backoff (at most every 5 minutes) "
+                     "and whenever something changes")
         for e in outcome.errors})
+
+
+def _what_to_do(error: WriteError) -> str:
+    if error.status == 403:
+        return "grant the router's ServiceAccount what it names, or fix the policy that refused it"
+    if error.status == 404:
+        return "its namespace does not exist"
+    if error.status == 409:
+        return "another field manager set those fields: it owns them until it gives them up"
+    return "fix what it names in the spec"
 
 
 def _once(seen: set[str], kind: str, current: dict[str, Note]) -> list[Note]:

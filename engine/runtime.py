@@ -477,7 +477,7 @@ class Engine:
                                                           end, released)
                 result = Result(item, True, detail, None, time.perf_counter() - start)
                 RUNS.labels(name, "ok").inc()
-                if retry:
+                if retry:  # (a lost race, or a child not as desired: see RunResult)
                     self.queue.retry(item)
                 else:
                     self.queue.forget(item)
@@ -555,5 +555,5 @@ class Engine:
         else:
             self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
-        return (f"{key}: {result.summary}", result.retry, result.requeue_after,
-                result.status_before_writes)
+        return (f"{key}: {result.summary}", result.retry or result.unsettled,
+                result.requeue_after, result.status_before_writes)

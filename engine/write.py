@@ -118,6 +118,20 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
         plan = Plan([a for a in plan.actions if not a.adopt], plan.unchanged, plan.conflicts,
                     plan.skipped + [a.existing for a in plan.actions
                                     if a.adopt and a.existing is not None])
+    first = _namespaces_first(plan)
+    if first:
+        # A Namespace this run creates comes before the children it creates in it, which
+        # would otherwise race it (404: the namespace does not exist yet).
+        made = execute(Plan(first), writer, parent, submit=submit, inflight=inflight,
+                       prior=prior)
+        rest = execute(Plan([a for a in plan.actions if a not in first], plan.unchanged,
+                            plan.conflicts, plan.skipped), writer, parent, submit=submit,
+                       inflight=inflight, prior=prior, dispatched=dispatched)
+        for name in ("created", "updated", "unchanged", "deleted", "conflicts", "errors",
+                     "skipped"):
+            getattr(rest, name)[:0] = getattr(made, name)
+        rest.retry = rest.retry or made.retry
+        return rest
     parent_uid = str(parent["metadata"]["uid"])
     outcome = Outcome(unchanged=list(plan.unchanged), conflicts=list(plan.conflicts),
                       skipped=list(plan.skipped))
@@ -151,6 +165,14 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
     outcome.conflicts.sort(key=lambda c: (c.kind, c.namespace, c.name))
     outcome.retry = stale
     return outcome
+
+
+def _namespaces_first(plan: Plan) -> list[Action]:
+    """The Namespace creates of ``plan`` that another of its writes goes into."""
+    into = {a.namespace for a in plan.actions if a.namespace}
+    return [a for a in plan.actions
+            if a.verb in ("create", "recreate") and a.kind == "Namespace" and a.name in into
+            and (a.desired or {}).get("apiVersion") == "v1"]
 
 
 def _still_alive(writer: Writer, parent: Obj) -> bool:
@@ -224,8 +246,8 @@ def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
         where = f"{action.namespace}/{action.name}" if action.namespace else action.name
         log.info("%s %s %s%s", done, action.kind, where, why)
     elif category == "errors":
-        log.warning("the API server refused to %s: %s (left as it is until something "
-                    "changes)", action.verb, value)
+        log.warning("the API server refused to %s: %s (tried again with backoff)",
+                    action.verb, value)
     return category, value
 
 
@@ -271,8 +293,10 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     assert action.desired is not None and action.child is not None
     try:
         return category, writer.create(action.desired)
-    except errors.NotFound:
-        return "skipped", action.desired  # the namespace went away meanwhile
+    except errors.NotFound as exc:
+        # Its namespace does not exist (gone meanwhile, or never made): a refusal to report,
+        # and the run is tried again (see RunResult.unsettled), not a silent skip.
+        return "errors", _error(action, exc, 404)
     except errors.Conflict:
         pass
     current = writer.read_after_conflict(action.desired, None)

@@ -178,6 +178,43 @@ def test_a_controller_does_not_write_into_another_controllers_child_of_its_paren
         "is controller first's child of Team teams/a"]
 
 
+def test_a_namespace_is_created_before_the_children_it_holds_whatever_their_order() -> None:
+    """Written together, a ResourceQuota raced its Namespace and lost (404) on a real API
+    server; a cluster-scoped Tenant wants both."""
+    ctl = Controller("tenants", parent="example.com/v1/Tenant",
+                     owns=["v1/ResourceQuota", "v1/Namespace"], registry=Registry())
+
+    @ctl.reconcile
+    def want(tenant: Obj, reads: Any) -> Desired:
+        ns = f"tenant-{tenant['metadata']['name']}"
+        return Desired([{"apiVersion": "v1", "kind": "ResourceQuota",
+                         "metadata": {"name": "quota", "namespace": ns},
+                         "spec": {"hard": {"cpu": "2"}}},
+                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}])
+
+    world = World([{"apiVersion": "example.com/v1", "kind": "Tenant",
+                    "metadata": {"name": "acme"}}])
+    world.converge(ctl)
+    assert world.writes == [("create", "Namespace", "", "tenant-acme"),
+                            ("create", "ResourceQuota", "tenant-acme", "quota")]
+
+
+def test_a_create_whose_namespace_does_not_exist_is_reported_and_tried_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def missing(self: Any, obj: Obj) -> Obj:
+        raise errors.NotFound('namespaces "teams" not found', reason="NotFound")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", missing)
+    world = World([team("a", ["ann"])])
+    result = world.reconcile(teams_controller(), "a", "teams")
+    assert result.outcome is not None and result.unsettled
+    [error] = result.outcome.errors
+    assert (error.status, error.message) == (404, 'namespaces "teams" not found')
+
+
 def test_an_optional_owned_kind_the_server_does_not_serve_is_not_pruned_or_read() -> None:
     """An add-on's kind (VolumeSnapshots) may be owned yet not served: nothing of it can
     exist, so there is nothing to prune, and the run goes on with the rest."""
@@ -439,8 +476,9 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     refusals = [n for _name, n in world.events if n.reason == "WriteRefused"]
     assert [(n.type, n.message) for n in refusals] == [(
         "Warning", 'the API server refused to create ConfigMap teams/a-roster: ConfigMap '
-        '"a-roster" is invalid: data: Too long: fix what it names in the spec; it is tried '
-        "again when something changes")]
+        '"a-roster" is invalid: data: Too long: fix what it names in the spec; tried again '
+        "with backoff (at most every 5 minutes) and whenever something changes")]
+    assert world.reconcile(ctl, "a", "teams").unsettled  # so the router tries it again
 
 
 def test_world_hands_a_change_to_the_parents_it_maps_to() -> None:

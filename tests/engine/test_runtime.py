@@ -220,6 +220,21 @@ def test_the_echo_of_an_own_write_costs_no_run_and_no_request(
     assert counting.runs == ["c", "c"]
 
 
+def test_a_child_blocked_by_someone_elses_object_is_made_once_it_is_gone_without_any_event(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """Deleting the squatter sends no event this handler maps to its parent (the object was
+    never its child): before, the parent stayed stuck until its spec changed."""
+    local_kube.put({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "s-copy", "namespace": NS}, "stringData": {"v": "x"}})
+    parent = local_kube.put(cm("s", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    assert "ownerReferences" not in local_kube.get("v1", "Secret", "s-copy", NS)["metadata"]
+    local_kube.remove("v1", "Secret", "s-copy", NS)
+    assert wait_until(lambda: (local_kube.get("v1", "Secret", "s-copy", NS) or {})
+                      .get("metadata", {}).get("ownerReferences"), 20)
+    assert counting.runs.count("s") >= 2
+
+
 def test_a_parent_update_that_changes_only_its_status_costs_no_run(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     parent = local_kube.put(cm("d", {"v": "1"}))

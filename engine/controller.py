@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventop.engine.desired import Desired
 from eventop.engine.kinds import Key, Kind, merge_kinds
-from eventop.kube.store import controller_uid
+from eventop.kube.store import controller_ref
 
 if TYPE_CHECKING:
     from eventop.engine.reads import Reads
@@ -198,8 +198,11 @@ class Controller:
 
     # -- mapping a change to parents ---------------------------------------------------
 
-    def keys_for(self, obj: Obj, reads: Reads, *, parent_namespaced: bool) -> set[Key]:
-        """The parents a change of ``obj`` concerns (may be none)."""
+    def keys_for(self, obj: Obj, reads: Reads, *, parent_namespaced: bool,
+                 former_owner: Obj | None = None) -> set[Key]:
+        """The parents a change of ``obj`` concerns (may be none). ``former_owner``: the
+        controller ownerReference the change removed (someone took the child over): that
+        parent is concerned too, as controller-runtime maps the old object's owner."""
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         keys: set[Key] = set()
         if (api_version, kind) == self.parent.key:
@@ -207,10 +210,10 @@ class Controller:
         if any(k.key == (api_version, kind) for k in self.owns):
             meta = obj.get("metadata") or {}
             ns = meta.get("namespace") or ""
-            owner = _controller_ref(obj)
-            if (owner is not None and owner.get("apiVersion") == self.parent.api_version
-                    and owner.get("kind") == self.parent.kind):
-                keys.add(Key(ns if parent_namespaced else "", str(owner.get("name"))))
+            for owner in (controller_ref(obj), former_owner):
+                if (owner is not None and owner.get("apiVersion") == self.parent.api_version
+                        and owner.get("kind") == self.parent.kind):
+                    keys.add(Key(ns if parent_namespaced else "", str(owner.get("name"))))
             uid = (meta.get("labels") or {}).get(PARENT_UID_LABEL)
             if uid:  # a child that outlives its parent (no ownerReference): its label
                 keys.update(Key.of(p) for p in reads.list(
@@ -246,16 +249,6 @@ def share_children(controllers: Iterable[Controller]) -> None:
             for other in group:
                 if other is not ctl:
                     ctl.shared |= {k.key for k in ctl.owns} & {k.key for k in other.owns}
-
-
-def _controller_ref(obj: Obj) -> Obj | None:
-    uid = controller_uid(obj)
-    if uid is None:
-        return None
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return dict(ref)
-    return None
 
 
 def _to_key(item: Any) -> Key:

@@ -69,6 +69,14 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         if not any(k.key == (api_version, kind) for k in ctl.owns):
             raise ValueError(f"handler {ctl.name!r} wants a child of kind {api_version}/{kind}, "
                              f"which it does not declare: add it to owns=[...]")
+        if child.owned and not ns and parent["metadata"].get("namespace"):
+            raise ValueError(
+                f"handler {ctl.name!r} wants {kind} {name} without a namespace as an owned "
+                f"child of the namespaced {parent['kind']} {_name(parent)}: Kubernetes' garbage "
+                "collector ignores a namespaced owner of a cluster-scoped object (it would "
+                "never be deleted). Give it metadata.namespace if its kind is namespaced, else "
+                "Child(obj, owned=False) (labelled, outlives the parent, never pruned) or a "
+                "cluster-scoped parent")
         existing = reads.get((api_version, kind), name, ns or None)
         if existing is None:
             if ns and terminating(ns):

@@ -337,8 +337,10 @@ class Engine:
                 notes[ctl.name] = "echo of its own write"
             return set()
         store = self._store(*ctl.parent.key)
+        changed = self._store(*kind) if change == "update" else None
         keys = ctl.keys_for(subject, self._reads(ctl),
-                            parent_namespaced=bool(store and store.namespaced))
+                            parent_namespaced=bool(store and store.namespaced),
+                            former_owner=changed.former_owner(uid) if changed else None)
         if kind == ctl.parent.key and change == "update":
             keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
             if not keys:

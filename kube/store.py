@@ -57,9 +57,15 @@ def key_of(obj: Obj) -> Key:
 
 def controller_uid(obj: Obj) -> str | None:
     """The uid of the object's controlling owner (the ownerReference with controller=true)."""
+    ref = controller_ref(obj)
+    return str(ref.get("uid")) if ref is not None else None
+
+
+def controller_ref(obj: Obj) -> Obj | None:
+    """The object's controlling ownerReference (controller=true), if any."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
-            return str(ref.get("uid"))
+            return dict(ref)
     return None
 
 
@@ -90,6 +96,10 @@ class Store:
         #: this change" means.
         self._learned: dict[Key, list[tuple[int | None, float]]] = {}
         self._removed: Recent[str, float] = Recent(MAX_REMOVED)
+        #: The controller ownerReference an object lost in its last change (uid -> ref,
+        #: bounded): that owner's reconcile must learn it lost a child, as controller-runtime
+        #: maps the old object's owner as well as the new one's.
+        self._disowned: Recent[str, Obj] = Recent(MAX_REMOVED)
         #: The resourceVersion the store reflects: of its last list, event or bookmark.
         self.resource_version = ""
 
@@ -198,6 +208,11 @@ class Store:
                 self._gone.pop(str(uid), None)
                 self._removed.put(str(uid), time.monotonic())
 
+    def former_owner(self, uid: str | None) -> Obj | None:
+        """The controller ownerReference the object of ``uid`` lost in its last change."""
+        with self._lock:
+            return self._disowned.get(str(uid)) if uid else None
+
     def forget_deleted(self, obj: Obj) -> None:
         """Our own delete of ``obj`` succeeded: drop it now and ignore watch events of that
         uid up to its resourceVersion (they are older than the delete)."""
@@ -232,6 +247,12 @@ class Store:
             and _uid(previous) == _uid(obj) else None
         if previous is not None:
             self._drop(key, previous)
+            before = controller_ref(previous)
+            if history is not None and before is not None \
+                    and before.get("uid") != controller_uid(obj):
+                self._disowned.put(str(_uid(obj)), before)
+            else:
+                self._disowned.pop(str(_uid(obj)))
         ns, name = key
         self._objects[key] = obj
         entry = (rv_int(_rv(obj)), time.monotonic())

@@ -215,6 +215,19 @@ def test_a_create_whose_namespace_does_not_exist_is_reported_and_tried_again(
     assert (error.status, error.message) == (404, 'namespaces "teams" not found')
 
 
+def test_a_namespaced_parent_owning_a_cluster_scoped_child_is_refused_naming_the_ways_out(
+        ) -> None:
+    """Kubernetes' garbage collector ignores such an ownerReference: the Namespace would
+    stay forever after its parent was deleted, with no word from eventop."""
+    ctl = Controller("projects", parent=TEAM, owns=["v1/Namespace"], registry=Registry())
+    ctl.reconcile(lambda t, reads: Desired([{"apiVersion": "v1", "kind": "Namespace",
+                                             "metadata": {"name": "project-a"}}]))
+    world = World([team("a", ["ann"])])
+    with pytest.raises(ValueError, match=r"garbage collector ignores .* owned=False"):
+        world.reconcile(ctl, "a", "teams")
+    assert world.writes == []
+
+
 def test_an_optional_owned_kind_the_server_does_not_serve_is_not_pruned_or_read() -> None:
     """An add-on's kind (VolumeSnapshots) may be owned yet not served: nothing of it can
     exist, so there is nothing to prune, and the run goes on with the rest."""

@@ -235,6 +235,23 @@ def test_a_child_blocked_by_someone_elses_object_is_made_once_it_is_gone_without
     assert counting.runs.count("s") >= 2
 
 
+def test_a_child_taken_over_by_removing_its_owner_reference_is_its_former_parents_business(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """The change removes what mapped the child to its parent: the parent is mapped from
+    the child's previous owner (a RoleBinding taken over and given to someone else, unseen
+    by its Tenant until the Tenant itself changed)."""
+    parent = local_kube.put(cm("o", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    child = local_kube.get("v1", "Secret", "o-copy", NS)
+    taken = local_kube.put({**child, "metadata": {
+        k: v for k, v in child["metadata"].items() if k != "ownerReferences"}})
+    informer = engine.cache.informer("v1", "Secret")
+    assert informer is not None and wait_until(lambda: informer.holds(taken), 10)
+    ticket, notes = engine.submit(Event.for_object("update", taken))
+    assert ticket.wait(20) and ticket.results[("counting", Key(NS, "o"))].ok
+    assert counting.runs == ["o", "o"]
+
+
 def test_a_parent_update_that_changes_only_its_status_costs_no_run(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     parent = local_kube.put(cm("d", {"v": "1"}))

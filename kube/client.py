@@ -105,10 +105,11 @@ class Kube:
             resp = self.api.call_api(m, url, hdrs, b, post,
                                      _request_timeout=timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
-            KUBE_REQUESTS.labels(verb, resource_label(path), "error").inc()
+            KUBE_REQUESTS.labels(verb, resource_label(path), "error", self.field_manager).inc()
             raise errors.Unavailable(
                 f"{verb} {path}: Kubernetes API unreachable at {self.host}: {exc}") from exc
-        KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status)).inc()
+        KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
+                             self.field_manager).inc()
         if not 200 <= resp.status < 300:
             data = resp.read()
             raise errors.from_response(resp.status, data, f"{verb} {path}")

@@ -1,5 +1,7 @@
-"""What the Kubernetes client counts: every API request by verb, resource and HTTP code,
-served by the router's and the watcher's ``/metrics``."""
+"""What the Kubernetes client counts: every API request by verb, resource, HTTP code and
+field manager (which handler made it: ``eventop-<handler>``; ``eventop`` for the caches'
+reads and the process' own requests), served by the router's and the watcher's
+``/metrics``."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ from prometheus_client import Counter
 
 KUBE_REQUESTS = Counter(
     "eventop_kube_requests_total",
-    "Kubernetes API requests made, by verb, resource (plural[/subresource]) and HTTP code",
-    ["verb", "resource", "code"],
+    "Kubernetes API requests made, by verb, resource (plural[/subresource]), HTTP code and "
+    "field manager (the handler that made it)",
+    ["verb", "resource", "code", "manager"],
 )
 
 

@@ -247,7 +247,7 @@ def test_a_child_taken_over_by_removing_its_owner_reference_is_its_former_parent
         k: v for k, v in child["metadata"].items() if k != "ownerReferences"}})
     informer = engine.cache.informer("v1", "Secret")
     assert informer is not None and wait_until(lambda: informer.holds(taken), 10)
-    ticket, notes = engine.submit(Event.for_object("update", taken))
+    ticket, _ = engine.submit(Event.for_object("update", taken))
     assert ticket.wait(20) and ticket.results[("counting", Key(NS, "o"))].ok
     assert counting.runs == ["o", "o"]
 

@@ -166,3 +166,19 @@ def test_a_conflict_is_only_with_the_manager_whose_update_entry_every_cause_name
     exc = Conflict("Apply failed", body={"details": {"causes": [
         {"reason": "FieldManagerConflict", "message": message, "field": ".data.a"}]}})
     assert exc.only_with("eventop-mine") is (manager == "eventop-mine")
+
+
+def test_every_request_is_counted_under_the_field_manager_of_the_handler_that_made_it(
+        kube: Kube) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(manager: str) -> float:
+        return REGISTRY.get_sample_value("eventop_kube_requests_total", {
+            "verb": "create", "resource": "configmaps", "code": "201",
+            "manager": manager}) or 0.0
+
+    before = count("eventop-tenants")
+    kube.for_manager("eventop-tenants").create(
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "counted", "namespace": "default"}})
+    assert count("eventop-tenants") == before + 1

@@ -232,7 +232,7 @@ def test_metrics_add_up_across_workers(router: Router) -> None:
         assert _sample(text, "eventop_handler_duration_seconds_count",
                        handler=handler) == before_h + sent
         assert _sample(text, "eventop_kube_requests_total", verb="version",
-                       resource="", code="200") >= 1
+                       resource="", code="200", manager="eventop") >= 1
 
 
 def test_router_starts_and_reports_an_unreachable_api(tmp_path: Path) -> None:

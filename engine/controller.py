@@ -68,8 +68,9 @@ class Controller:
       reading a kind not declared anywhere is an error that names it;
     * ``registry``: where to register it (else call ``registry.add(controller)``);
     * ``conflict_events``: post a Warning Event when a desired child's name is taken by an
-      object this parent does not own, and when the API server refuses a write (with its
-      reason); False when the handler reports both itself;
+      object this parent does not own, when the API server refuses a write (with its
+      reason) and when a run fails (``ReconcileFailed``); False when the handler reports
+      these itself;
     * ``degraded_condition``: the type of a condition the parent's status holds True while
       something is wrong (``"Degraded"``); an invalid spec (:class:`SpecError`) sets it True
       with the same reason and message as ``Ready=False``;

@@ -24,8 +24,8 @@ from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
 from eventop.engine.reads import Reads
-from eventop.engine.write import InFlight, Writer, execute
-from eventop.kube import now_rfc3339
+from eventop.engine.write import InFlight, Writer, execute, one_line
+from eventop.kube import errors, now_rfc3339
 from eventop.kube.objects import status_changed
 
 log = logging.getLogger("eventop.engine")
@@ -92,17 +92,25 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         pipeline.settle()  # a deletion runs alone: after the runs before it, start to end
         pipeline = None
     prior = pipeline.inflight.snapshot() if pipeline is not None else None
-    if deleting:
-        assert ctl.finalize_fn is not None
-        desired = _call(ctl, ctl.finalize_fn, parent, reads, deleting=True)
-    else:
-        if finalizer and finalizer not in finalizers:
-            parent = writer.set_finalizer(parent, finalizer, True)
-            reads.parent = parent
-        assert ctl.reconcile_fn is not None
-        desired = _call(ctl, ctl.reconcile_fn, parent, reads)
-    the_plan = plan(ctl, parent, desired, reads, terminating=terminating, prune=not deleting)
     uid = str(parent["metadata"]["uid"])
+    try:
+        if deleting:
+            assert ctl.finalize_fn is not None
+            desired = _call(ctl, ctl.finalize_fn, parent, reads, deleting=True)
+        else:
+            if finalizer and finalizer not in finalizers:
+                parent = writer.set_finalizer(parent, finalizer, True)
+                reads.parent = parent
+            assert ctl.reconcile_fn is not None
+            desired = _call(ctl, ctl.reconcile_fn, parent, reads)
+        the_plan = plan(ctl, parent, desired, reads, terminating=terminating,
+                        prune=not deleting)
+    except errors.Unavailable:
+        raise  # the API server's state, not this parent's: the events say it
+    except Exception as exc:
+        if ctl.conflict_events and seen_conflicts is not None:
+            _report_failure(ctl, parent, exc, writer, seen_conflicts.setdefault(uid, set()))
+        raise
     if pipeline is None:
         outcome = execute(the_plan, writer, parent, submit=submit)
     else:
@@ -130,6 +138,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         seen = seen_conflicts.setdefault(uid, set())
         result.notes += _new_conflicts(ctl, outcome, seen)
         result.notes += _new_refusals(outcome, seen)
+        _once(seen, "failed: ", {})  # it runs again: a later failure is news again
     for note in result.notes:
         writer.post_event(parent, note)
     if deleting and desired.done and not outcome.errors:
@@ -177,6 +186,21 @@ def _what_to_do(error: WriteError) -> str:
     if error.status == 409:
         return "another field manager set those fields: it owns them until it gives them up"
     return "fix what it names in the spec"
+
+
+def _report_failure(ctl: Controller, parent: Obj, exc: Exception, writer: Writer,
+                    seen: set[str]) -> None:
+    """A Warning Event on the parent when its run fails (the handler raised, a child it may
+    not have), once per distinct failure: where the user looks (kubectl describe), not only
+    in the router's log. The run is retried with backoff either way."""
+    what = f"{type(exc).__name__}: {one_line(str(exc))}"
+    for note in _once(seen, "failed: ", {what: Note(
+            "Warning", "ReconcileFailed", f"{ctl.name} failed: {what}; retried with backoff "
+            "(the router's log has the details)")}):
+        try:
+            writer.post_event(parent, note)
+        except Exception as posting:  # the run's own failure is what propagates
+            log.warning("%s: could not post the failure as an Event: %s", ctl.name, posting)
 
 
 def _once(seen: set[str], kind: str, current: dict[str, Note]) -> list[Note]:

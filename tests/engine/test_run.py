@@ -228,6 +228,32 @@ def test_a_namespaced_parent_owning_a_cluster_scoped_child_is_refused_naming_the
     assert world.writes == []
 
 
+def test_a_failing_reconcile_is_a_warning_event_on_the_parent_once_per_failure() -> None:
+    """kubectl describe shows why a parent does not converge, not only the router's log."""
+    ctl = Controller("fragile", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry())
+    broken = {"now": True}
+
+    @ctl.reconcile
+    def want(t: Obj, reads: Any) -> Desired:
+        if broken["now"]:
+            raise KeyError("spec.quota")
+        return Desired([])
+
+    world = World([team("a", ["ann"])])
+    for _ in range(3):
+        with pytest.raises(KeyError):
+            world.reconcile(ctl, "a", "teams")
+    broken["now"] = False
+    world.reconcile(ctl, "a", "teams")
+    broken["now"] = True
+    with pytest.raises(KeyError):
+        world.reconcile(ctl, "a", "teams")
+    failed = [n for _name, n in world.events if n.reason == "ReconcileFailed"]
+    assert [(n.type, n.message) for n in failed] == [(
+        "Warning", "fragile failed: KeyError: 'spec.quota'; retried with backoff (the "
+        "router's log has the details)")] * 2  # once, and again after it recovered
+
+
 def test_an_optional_owned_kind_the_server_does_not_serve_is_not_pruned_or_read() -> None:
     """An add-on's kind (VolumeSnapshots) may be owned yet not served: nothing of it can
     exist, so there is nothing to prune, and the run goes on with the rest."""

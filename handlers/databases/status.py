@@ -16,7 +16,7 @@ from typing import Any
 
 from eventop.handlers.databases import observe
 from eventop.handlers.databases.jobs import SCHEDULED
-from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
+from eventop.handlers.databases.observe import COMPLETE, FAILED, RUNNING, Observed
 from eventop.handlers.databases.schedule import next_tick, two_periods_ago
 from eventop.kube import get_condition, set_condition
 
@@ -91,6 +91,12 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
                 f"last backup succeeded at {observe.format_time(last_success)}"), recheck
     started = observe.parse_time(observed.cronjob["metadata"].get("creationTimestamp"))
     if started is not None and started > since:
+        running = sorted(j["metadata"]["name"] for j in observed.jobs
+                         if observe.backup_kind(j) == SCHEDULED
+                         and observe.job_state(j) == RUNNING)
+        if running:
+            return ("Unknown", "AwaitingFirstBackup",
+                    f"the first backup, Job {running[-1]}, is running"), recheck
         return ("Unknown", "AwaitingFirstBackup",
                 f"no backup yet; the first one runs at "
                 f"{observe.format_time(next_tick(schedule, now))}"), recheck

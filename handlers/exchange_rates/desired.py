@@ -151,8 +151,12 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
                        f"{cr['metadata'].get('generation')} already written; the refresh "
                        "keeps it fresh")
     if isinstance(answer, ProviderError):
-        return failed(cr, answer.reason, answer.message, now,
-                      retry=answer.transient and not _has_rate(cr, cm))
+        retry = answer.transient and not _has_rate(cr, cm)
+        message = answer.message
+        if answer.transient:  # when it is asked again, in the status as in the log
+            message += (f"; asking again in {RETRY_UNFILLED_SECONDS:g}s" if retry
+                        else "; the next refresh tries again")
+        return failed(cr, answer.reason, message, now, retry=retry)
     try:
         wanted = configmap_for(cr, answer)
     except ProviderError as exc:  # the answer lacks this currency
@@ -199,8 +203,7 @@ def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False)
     return Desired(prune=False, status=failed_status(cr, reason, message, now),
                    events=[failure_note(reason, message)],
                    requeue_after=RETRY_UNFILLED_SECONDS if retry else None,
-                   summary=f"ExchangeRate {_name(cr)}: {reason}: {message}"
-                   + (f"; asking again in {RETRY_UNFILLED_SECONDS:g}s" if retry else ""))
+                   summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
 
 
 def _has_rate(cr: Obj, cm: Obj | None) -> bool:

@@ -300,8 +300,8 @@ class FrankfurterClient:
             log.info("%s: %s (attempt %d of %d), retrying in %.2fs",
                      url, last, attempt, self.max_attempts, wait)
             self.sleep(wait)
-        raise ProviderUnavailable(f"{url}: {last}, after {attempt} attempt(s); the next refresh "
-                                  f"tries again (is the provider reachable from the cluster?)")
+        raise ProviderUnavailable(f"{url}: {last}, after {attempt} attempt(s) (is the provider "
+                                  "reachable from the cluster?)")
 
     # -- ETag cache -----------------------------------------------------------------------
 

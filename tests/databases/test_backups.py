@@ -30,6 +30,16 @@ def test_backups_start_once_initialized_and_are_awaited_for_two_periods() -> Non
     assert "two schedule periods" in world.condition("BackupHealthy")["message"]
 
 
+def test_a_first_backup_under_way_is_said_to_be_running_not_still_to_come() -> None:
+    world = created(World(database()))
+    world.advance(hours=14)
+    job = world.cron_run(finish=False)
+    world.converge()
+    assert health(world) == ("Unknown", "AwaitingFirstBackup")
+    assert world.condition("BackupHealthy")["message"] == \
+        f"the first backup, Job {job}, is running"
+
+
 def test_each_backup_job_is_reflected_in_the_status() -> None:
     world = created(World(database()))
     world.advance(hours=14)  # 2026-11-21T00:00

@@ -181,8 +181,9 @@ class World:
                  "message": "Job has reached the specified backoff limit",
                  "lastTransitionTime": when}]}
 
-    def cron_run(self, ok: bool = True) -> str:
-        """The CronJob controller starts a Job from the template; it finishes now."""
+    def cron_run(self, ok: bool = True, *, finish: bool = True) -> str:
+        """The CronJob controller starts a Job from the template; it finishes now (unless
+        not ``finish``: it is running)."""
         cron = next(o for o in self.objects.values() if o["kind"] == "CronJob")
         name = f"{cron['metadata']['name']}-{int(self.now.timestamp()) // 60}"
         template = cron["spec"]["jobTemplate"]
@@ -191,7 +192,8 @@ class World:
             "metadata": {"name": name, "labels": dict(template["metadata"]["labels"]),
                          "creationTimestamp": stamp(self.now)},
             "spec": copy.deepcopy(template["spec"])}
-        self.job_done(name, ok)
+        if finish:
+            self.job_done(name, ok)
         return name
 
     def snapshot_done(self, name: str, error: str | None = None) -> None:

@@ -10,7 +10,7 @@ status can count what is really in place (copies written, conflicts, refused wri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Obj = dict[str, Any]
@@ -133,6 +133,15 @@ class Outcome:
     @property
     def in_place(self) -> list[Obj]:
         return [*self.created, *self.updated, *self.unchanged]
+
+    def after(self, earlier: Outcome) -> Outcome:
+        """This outcome with an ``earlier`` one of the same run (written before it) first."""
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if isinstance(mine, list):
+                mine[:0] = getattr(earlier, f.name)
+        self.retry = self.retry or earlier.retry
+        return self
 
     @property
     def writes(self) -> int:

@@ -127,11 +127,7 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
         rest = execute(Plan([a for a in plan.actions if a not in first], plan.unchanged,
                             plan.conflicts, plan.skipped), writer, parent, submit=submit,
                        inflight=inflight, prior=prior, dispatched=dispatched)
-        for name in ("created", "updated", "unchanged", "deleted", "conflicts", "errors",
-                     "skipped"):
-            getattr(rest, name)[:0] = getattr(made, name)
-        rest.retry = rest.retry or made.retry
-        return rest
+        return rest.after(made)
     parent_uid = str(parent["metadata"]["uid"])
     outcome = Outcome(unchanged=list(plan.unchanged), conflicts=list(plan.conflicts),
                       skipped=list(plan.skipped))

@@ -87,7 +87,7 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         if (existing.get("metadata") or {}).get("deletionTimestamp"):
             result.skipped.append(body)  # created again once it is gone
             continue
-        other = _other_controller(ctl, existing)
+        other = _other_controller(ctl, existing) if is_ours(existing, uid) else None
         if other:
             result.conflicts.append(Conflict(kind, ns, name, f"is controller {other}'s child "
                                              f"of {parent['kind']} {_name(parent)}"))

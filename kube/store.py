@@ -62,10 +62,10 @@ def controller_uid(obj: Obj) -> str | None:
 
 
 def controller_ref(obj: Obj) -> Obj | None:
-    """The object's controlling ownerReference (controller=true), if any."""
+    """The object's controlling ownerReference (controller=true), if any (not a copy)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
-            return dict(ref)
+            return ref
     return None
 
 

@@ -92,6 +92,11 @@ def test_the_router_and_the_watcher_build_a_new_site(eventop_pipeline) -> None:
     eventually(lambda: [line for line in eventop_pipeline.events_logged()  # the router's log
                         if line["message"].startswith("add StaticSite web/docs: static-sites")],
                30, "the router's line for the site's event")
+    # New pages: the engine applies the ConfigMap it created (the API server keeps that
+    # create apart from applies, as it keeps field managers: a real one's rules)
+    cluster.put({**site, "spec": {**SITE["spec"], "pages": {"index.html": "<h1>v2</h1>"}}})
+    eventually(lambda: (cluster.get("v1/ConfigMap", "docs-pages", "web") or {}).get("data")
+               == {"index.html": "<h1>v2</h1>"}, 60, "the new pages")
 
 
 @pytest.mark.parametrize("order", ["in_order", "shuffled", "duplicated"])

@@ -28,8 +28,8 @@ import itertools
 import math
 import threading
 import time
-from collections import deque
-from collections.abc import Hashable
+from collections import Counter, deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from eventop.kube.backoff import Backoff
@@ -118,10 +118,17 @@ class _State:
 class WorkQueue:
     """Keys to work on, each worked on by one worker at a time."""
 
-    def __init__(self, backoff: Backoff | None = None, *, depth: int = 4) -> None:
+    def __init__(self, backoff: Backoff | None = None, *, depth: int = 4,
+                 share: tuple[Callable[[Item], Hashable], int] | None = None) -> None:
+        """``share``: (the group of a key, how many workers one group may hold at once).
+        The engine's groups are its handlers: one whose runs are slow (a rates provider
+        that does not answer, each run spending its retries) must not take every worker
+        while the copies of new namespaces wait behind it (measured: 4-5 s)."""
         self.backoff = backoff or Backoff(0.5, 300.0)
         #: Runs of one key at once (one computing, the others' writes in flight).
         self.depth = max(1, depth)
+        self._group, self._share = share if share is not None else (None, 0)
+        self._held: Counter[Hashable] = Counter()  # workers each group holds
         #: Per key, the start and result of its last successful run (bounded, oldest first).
         self._succeeded: Recent[Item, tuple[float, Result]] = Recent(MAX_REMEMBERED)
 
@@ -245,8 +252,8 @@ class WorkQueue:
         with self._cond:
             while True:
                 self._promote_due()
-                if self._ready:
-                    item = self._ready.popleft()
+                item = self._take()
+                if item is not None:
                     state = self._states[item]
                     state.queued = False
                     state.computing = _Run(time.monotonic(), state.next_run)
@@ -287,6 +294,9 @@ class WorkQueue:
             else:
                 assert state.computing is not None, f"{result.item!r} is not computing"
                 run, state.computing = state.computing, None
+            if self._group is not None:
+                self._held[self._group(result.item)] -= 1
+                self._cond.notify()  # a worker may take a key of that group now
             if result.ok:
                 self._succeeded.put(result.item, (run.started, result))
             self._again(result.item, state)
@@ -305,6 +315,18 @@ class WorkQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def _take(self) -> Item | None:
+        """The first ready key whose group holds fewer than its share of the workers."""
+        if self._group is None:
+            return self._ready.popleft() if self._ready else None
+        for i, item in enumerate(self._ready):
+            group = self._group(item)
+            if self._held[group] < self._share:
+                del self._ready[i]
+                self._held[group] += 1
+                return item
+        return None
 
     def _promote_due(self) -> None:
         now = time.monotonic()

@@ -153,7 +153,12 @@ class Engine:
         kinds = merge_kinds([k for c in self.controllers.values() for k in c.kinds()])
         self.cache = cache or Cache(kube, [InformerSpec(k.api_version, k.kind, k.metadata_only,
                                                         k.selector) for k in kinds.values()])
-        self.queue = WorkQueue(depth=self.settings.pipeline_depth)
+        # With several handlers, none holds more than half of the workers (as the watcher's
+        # delivery gives a kind at most half of its lanes): a slow one never stalls the rest.
+        share = max(1, self.settings.workers // 2) if len(self.controllers) > 1 \
+            else self.settings.workers
+        self.queue = WorkQueue(depth=self.settings.pipeline_depth,
+                               share=(lambda item: item[0], share))
         self.echoes = {name: Echoes() for name in self.controllers}
         self.inflight = {name: InFlight() for name in self.controllers}
         #: Changes (handler, uid, resourceVersion, change) the router's watch started runs for.

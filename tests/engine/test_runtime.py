@@ -528,6 +528,29 @@ def test_a_key_asked_for_again_and_again_later_keeps_one_due_time_the_earliest()
     assert queue._delayed == [] and queue.idle()
 
 
+def test_a_handler_holds_at_most_its_share_of_the_workers_while_others_wait() -> None:
+    """With the rates provider down, each ExchangeRate run spent its retries on a worker;
+    sixteen of them held all eight, and the copies of new namespaces waited 4-5 s."""
+    queue = WorkQueue(share=(lambda item: item[0], 1))
+    for item in (("rates", "a"), ("rates", "b"), ("copies", "x")):
+        queue.add(item)
+    assert queue.get(0) == ("rates", "a")
+    assert queue.get(0) == ("copies", "x")  # past the rates key waiting for its share
+    assert queue.get(0.1) is None  # "rates" holds its one worker
+    queue.done(Result(("rates", "a"), True))
+    assert queue.get(1) == ("rates", "b")
+
+
+def test_the_engine_gives_each_of_several_handlers_half_of_its_workers(
+        kube: Any) -> None:
+    one = Controller("one", parent="v1/ConfigMap", registry=Registry(), module="tests.engine")
+    two = Controller("two", parent="v1/Secret", registry=Registry(), module="tests.engine")
+    for ctl in (one, two):
+        ctl.reconcile(lambda parent, reads: Desired())
+    assert Engine([one, two], kube, settings=EngineSettings(workers=8)).queue._share == 4
+    assert Engine([one], kube, settings=EngineSettings(workers=8)).queue._share == 8
+
+
 def test_key_of_an_owned_child_is_its_controllers() -> None:
     counting = Counting()
     child = {"apiVersion": "v1", "kind": "Secret",

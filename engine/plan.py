@@ -87,12 +87,13 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         if (existing.get("metadata") or {}).get("deletionTimestamp"):
             result.skipped.append(body)  # created again once it is gone
             continue
-        other = _other_controller(ctl, existing) if is_ours(existing, uid) else None
+        ours = is_ours(existing, uid)
+        other = _other_controller(ctl, existing) if ours else None
         if other:
             result.conflicts.append(Conflict(kind, ns, name, f"is controller {other}'s child "
                                              f"of {parent['kind']} {_name(parent)}"))
             continue
-        if not is_ours(existing, uid):
+        if not ours:
             if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
                 verb: Verb = "replace" if child.mode == "replace" else "apply"
                 result.actions.append(Action(verb, kind, ns, name, body, existing, child,

@@ -245,21 +245,21 @@ class Store:
         previous = self._objects.get(key)
         history = self._learned.get(key) if previous is not None \
             and _uid(previous) == _uid(obj) else None
+        owner = controller_uid(obj)
         if previous is not None:
             self._drop(key, previous)
             before = controller_ref(previous)
-            if history is not None and before is not None \
-                    and before.get("uid") != controller_uid(obj):
-                self._disowned.put(str(_uid(obj)), before)
+            uid = str(_uid(obj))
+            if history is not None and before is not None and before.get("uid") != owner:
+                self._disowned.put(uid, before)
             else:
-                self._disowned.pop(str(_uid(obj)))
+                self._disowned.pop(uid)
         ns, name = key
         self._objects[key] = obj
         entry = (rv_int(_rv(obj)), time.monotonic())
         self._learned[key] = [*history[-(HISTORY - 1):], entry] if history else [entry]
         self._by_namespace.setdefault(ns, {})[name] = obj
         self._by_name.setdefault(name, set()).add(ns)
-        owner = controller_uid(obj)
         if owner:
             self._by_owner.setdefault(owner, set()).add(key)
 

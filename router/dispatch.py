@@ -12,6 +12,7 @@ import fnmatch
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from eventop.engine.runtime import CacheBehind, Engine, EngineSettings
@@ -109,9 +110,16 @@ class EngineProvider:
 
 
 def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
-    """Queue the event's runs and wait for them; Unavailable if they can not be run."""
+    """Queue the event's runs and wait for them; Unavailable if they can not be run.
+
+    The answer comes within ``answer_wait`` of the call, whatever queueing took: a refresh's
+    ``@triggers`` function asks the rates provider before its runs are queued (up to 40 s
+    with the provider down), and ``watcher emit`` waits 60 s for the answer before it posts
+    the refresh again, which would ask the provider once more.
+    """
     if not engines or not engines.interested(event):
         return []
+    started = time.monotonic()
     engine = engines.get()
     try:
         ticket, notes = engine.submit(event)
@@ -121,7 +129,7 @@ def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
         raise Unavailable(str(exc)) from exc
     outcomes = [Outcome(name, True, 0.0, note) for name, note in notes.items()]
     wait = engines.settings.answer_wait
-    if not ticket.wait(wait):
+    if not ticket.wait(max(0.0, started + wait - time.monotonic())):
         waiting = ", ".join(f"{name} {key}" for name, key in sorted(ticket.pending))
         raise Unavailable(f"runs of {waiting} not finished within {wait:.0f}s; they go on, "
                           "send the event again to learn how they ended")

@@ -293,6 +293,10 @@ class Engine:
                     if self._state(ctl)[0] != "ready":
                         continue
                     keys = ctl.keys_for_event(event, self._reads(ctl))
+                    if keys is not None and not keys:
+                        # Its trigger ran: an answer of its own, not "no handler wants it"
+                        # (a refresh before the first ExchangeRate is not a mistyped type).
+                        notes[ctl.name] = f"no {ctl.parent.kind} to run for"
                     for key in keys or ():
                         self._add(ctl, key, ticket)
         finally:

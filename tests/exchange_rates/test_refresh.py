@@ -297,3 +297,13 @@ def test_refresh_without_the_crd_installed_is_not_an_error(
         if engine is not None:
             engine.stop()
         server.stop()
+
+
+def test_a_refresh_before_the_first_exchange_rate_is_answered_not_ignored(
+        router: Router, requests_mock: rm.Mocker) -> None:
+    """A fresh install's hourly CronJob: `watcher emit` fails on an event no handler wants
+    (202 ignored), so the refresh must say it ran, for nothing."""
+    outcomes = dispatch(router, Event.simple(REFRESH_TYPE))
+    assert [(o.handler, o.ok, o.detail) for o in outcomes] == [
+        ("exchange-rates", True, "no ExchangeRate to run for")]
+    assert requests_mock.call_count == 0

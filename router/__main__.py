@@ -24,6 +24,7 @@ from eventop.cli import (
     log_options,
     report,
 )
+from eventop.router import auth
 
 DESCRIPTION = """\
 Receive CloudEvents over HTTP and dispatch them to eventop's handler functions, under gunicorn.
@@ -113,9 +114,14 @@ def prepare_metrics_dir() -> str | None:
     """
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
-        os.makedirs(given, exist_ok=True)
-        for stale in glob.glob(os.path.join(given, "*.db")):
-            os.remove(stale)
+        try:
+            os.makedirs(given, exist_ok=True)
+            for stale in glob.glob(os.path.join(given, "*.db")):
+                os.remove(stale)
+        except OSError as exc:
+            raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR={given!r} can not hold the workers' "
+                              f"metric files: {exc.strerror or exc}; point it at a writable "
+                              "directory, or unset it for a fresh one") from None
         return None
     created = tempfile.mkdtemp(prefix="eventop-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
@@ -134,6 +140,10 @@ def check_environment() -> None:
                 raise ConfigError(f"{name}: {exc}") from None
     if os.environ.get("KUBECONFIG") and not os.environ.get("EVENTOP_KUBE_URL", "").strip():
         kubeconfig_files(os.environ["KUBECONFIG"], "KUBECONFIG")
+    try:
+        auth.token_from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_kube_config() -> None:
@@ -169,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     # Before prometheus_client is imported anywhere. One worker keeps its counters in memory
     # (cheaper per event than a file per metric); several share them through files.
     if args.workers > 1:
-        owned = prepare_metrics_dir()
+        try:
+            owned = prepare_metrics_dir()
+        except ConfigError as exc:
+            return report(PROG, exc)
         # Each worker has its own cache and watch: runs started from the watch would run
         # in every worker. Only events (each sent to one worker) start runs then, unless
         # the workers elect a leader (EVENTOP_RUN_ON_WATCH=leader, which needs a Lease).

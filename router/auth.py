@@ -23,8 +23,27 @@ ENV = "EVENTOP_ROUTER_TOKEN"
 
 def configured_token() -> bytes | None:
     """The token the router requires, or None when authentication is off."""
-    token = os.environ.get(ENV, "").strip()
+    token = token_from_env()
     return hashlib.sha256(token.encode()).digest() if token else None
+
+
+def token_from_env() -> str:
+    """``EVENTOP_ROUTER_TOKEN``, stripped; ValueError if it can not be sent in an HTTP header.
+
+    A sender puts it in ``Authorization``, which carries printable ASCII only: a token with
+    a newline (a file read with its line end) or a non-ASCII character would fail every
+    send, so the router and the senders refuse it at start, naming the position and never
+    the token itself (it is a secret).
+    """
+    token = os.environ.get(ENV, "").strip()
+    for position, char in enumerate(token, 1):
+        if not " " <= char <= "~":
+            what = "a control character" if char.isascii() or not char.isprintable() \
+                else "a non-ASCII character"
+            raise ValueError(f"{ENV} has {what} at position {position}: it is sent in an "
+                             "HTTP header, which carries printable ASCII only (a base64 or "
+                             "hex token, e.g. from `openssl rand -hex 32`)")
+    return token
 
 
 def authorized(header: str | None, expected: bytes) -> bool:
@@ -36,6 +55,7 @@ def authorized(header: str | None, expected: bytes) -> bool:
 
 
 def bearer_header() -> dict[str, str]:
-    """The header a sender adds when ``EVENTOP_ROUTER_TOKEN`` is set (else nothing)."""
-    token = os.environ.get(ENV, "").strip()
+    """The header a sender adds when ``EVENTOP_ROUTER_TOKEN`` is set (else nothing);
+    ValueError for a token no header can carry (:func:`token_from_env`)."""
+    token = token_from_env()
     return {"Authorization": f"Bearer {token}"} if token else {}

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from cloudevents.core.exceptions import CloudEventValidationError
+
 from eventop.cli import (
     PORT,
     ConfigError,
@@ -199,6 +201,7 @@ def _need_sink(args: argparse.Namespace) -> str:
         raise ConfigError("no sink: pass --sink URL or set K_SINK (the router's URL)")
     try:
         SinkClient(str(args.sink)).close()
+        bearer_header()  # a token no HTTP header can carry would fail every post
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return str(args.sink)
@@ -326,6 +329,11 @@ def cmd_record(args: argparse.Namespace) -> int:
     """LIST then watch each resource for ``--seconds``, saving what the server sent verbatim."""
     from eventop.watcher.record import record
 
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the recording into {args.out}: "
+                          f"{exc.strerror or exc}") from None
     kube = _connect(args)
     specs = _specs(args)
     check_resources(kube, specs)
@@ -345,11 +353,18 @@ def _post_all(sink: str, items: list[Outgoing], policy: RetryPolicy) -> tuple[in
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from eventop.watcher.recording import load_recording
+    from eventop.watcher.recording import load_recording, watch_files
 
     sink = _need_sink(args)
-    items = [Outgoing.of(to_cloudevent(change, obj, args.source))
-             for change, obj in load_recording(args.paths)]
+    try:
+        if not watch_files(args.paths):
+            raise ConfigError(f"no watch files (*.jsonl, as `record` writes them) in "
+                              f"{' '.join(map(str, args.paths))}")
+        changes = load_recording(args.paths)
+    except OSError as exc:  # does not exist, not readable
+        raise ConfigError(str(exc) if isinstance(exc, FileNotFoundError)
+                          else f"cannot read the recording: {exc}") from None
+    items = [Outgoing.of(to_cloudevent(change, obj, args.source)) for change, obj in changes]
     accepted, total = _post_all(sink, items, _policy(args, args.max_attempts))
     print(f"{accepted} of {total} events accepted by {sink}")
     return 0 if accepted == total else 1
@@ -361,7 +376,12 @@ def cmd_emit(args: argparse.Namespace) -> int:
         data = json.loads(args.data) if args.data is not None else None
     except ValueError as exc:
         raise ConfigError(f"--data is not valid JSON: {exc}") from None
-    event = simple_event(args.type, args.source, data, args.id)
+    try:
+        event = simple_event(args.type, args.source, data, args.id)
+    except CloudEventValidationError as exc:
+        said = "; ".join(str(e) for errors in getattr(exc, "errors", {}).values()
+                         for e in errors) or " ".join(str(exc).split())
+        raise ConfigError(f"not a valid CloudEvent: {said}") from None
     with SinkClient(sink, bearer_header()) as client:
         result = post(client, Outgoing.of(event), _policy(args, args.max_attempts))
     if result.ok and result.status == 202 and _ignored(result.detail):

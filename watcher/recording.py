@@ -45,6 +45,11 @@ def _files(paths: PathLike | Iterable[PathLike], suffixes: tuple[str, ...]) -> l
     return out
 
 
+def watch_files(paths: PathLike | Iterable[PathLike]) -> list[Path]:
+    """The watch files (``*.jsonl``) :func:`load_recording` would read from ``paths``."""
+    return _files(paths, (".jsonl",))
+
+
 def read_watch_file(path: PathLike) -> Iterator[tuple[str, Obj]]:
     """Every decodable line of a watch stream as (watch type, object): ERROR and BOOKMARK too."""
     with open(path, encoding="utf-8") as fh:
@@ -71,7 +76,7 @@ def load_recording(paths: PathLike | Iterable[PathLike]) -> list[tuple[str, Obj]
     module docstring).
     """
     events: list[tuple[str, Obj]] = []
-    for f in _files(paths, (".jsonl",)):
+    for f in watch_files(paths):
         for wtype, obj in read_watch_file(f):
             change = WATCH_TYPE_TO_CHANGE.get(wtype)
             if change is not None:

@@ -348,3 +348,26 @@ def test_several_workers_leave_runs_to_the_events_unless_told_otherwise(
         monkeypatch.setenv("EVENTOP_RUN_ON_WATCH", given)
     assert cli.main(["--workers", workers]) == 0
     assert os.environ.get("EVENTOP_RUN_ON_WATCH") == run_on_watch
+
+
+def test_a_token_no_http_header_can_carry_is_refused_at_start(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("EVENTOP_ROUTER_TOKEN", "s3cr\u20act")
+    assert cli.main(["--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m eventop.router: error: EVENTOP_ROUTER_TOKEN has a non-ASCII character at "
+        "position 5: it is sent in an HTTP header, which carries printable ASCII only (a "
+        "base64 or hex token, e.g. from `openssl rand -hex 32`)\n")
+
+
+def test_a_metrics_directory_that_can_not_be_made_is_refused_at_start(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    _unset_but_restored(monkeypatch, "PROMETHEUS_MULTIPROC_DIR")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "file"))
+    assert cli.main(["--port", "0", "--workers", "2"]) == 2
+    assert capsys.readouterr().err == (
+        f"python -m eventop.router: error: PROMETHEUS_MULTIPROC_DIR='{tmp_path / 'file'}' can "
+        "not hold the workers' metric files: File exists; point it at a writable directory, "
+        "or unset it for a fresh one\n")

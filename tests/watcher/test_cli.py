@@ -256,3 +256,49 @@ def test_emit_and_the_deliverer_send_the_router_token_when_one_is_set(sink, monk
     finally:
         d.stop()
     assert [r.headers.get("authorization") for r in sink.accepted] == ["Bearer t0ken"] * 2
+
+
+@pytest.mark.parametrize(("token", "what"), [
+    ("tökén", "a non-ASCII character at position 2"),
+    ("abc\ndef", "a control character at position 4"),
+])
+@pytest.mark.parametrize("command", [["emit", "x"], ["run", "--resource", "v1/namespaces"],
+                                     ["replay", str(REC / "copy-rules")]])
+def test_a_token_no_http_header_can_carry_is_refused_before_anything_is_sent(
+        monkeypatch, capsys, sink, command: list[str], token: str, what: str) -> None:
+    monkeypatch.setenv("EVENTOP_ROUTER_TOKEN", token)
+    assert main([*command, "--sink", sink.url, *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m eventop.watcher {command[0]}: error: "
+                          f"EVENTOP_ROUTER_TOKEN has {what}: it is sent in an HTTP header")
+    assert token.split("\n")[0] not in err  # a secret: never printed
+    assert sink.ids() == []
+
+
+def test_replay_refuses_a_path_that_holds_no_recording(sink, capsys, tmp_path) -> None:
+    (tmp_path / "notes.txt").write_text("not a watch file")
+    assert main(["replay", str(tmp_path), "--sink", sink.url, *FAST]) == 2
+    assert main(["replay", str(tmp_path / "missing"), "--sink", sink.url, *FAST]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"python -m eventop.watcher replay: error: no watch files (*.jsonl, as `record` "
+        f"writes them) in {tmp_path}",
+        f"python -m eventop.watcher replay: error: recording {tmp_path / 'missing'} does not "
+        "exist"]
+    assert sink.ids() == []
+
+
+def test_record_refuses_an_output_path_it_can_not_create(capsys, tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    assert main(["record", str(tmp_path / "file" / "sub"), "--resource", "v1/configmaps",
+                 "--seconds", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"python -m eventop.watcher record: error: cannot write the recording into "
+        f"{tmp_path / 'file' / 'sub'}: Not a directory\n")
+
+
+def test_emit_refuses_an_empty_type_in_one_line(sink, capsys) -> None:
+    assert main(["emit", "", "--sink", sink.url, *FAST]) == 2
+    assert capsys.readouterr().err == (
+        "python -m eventop.watcher emit: error: not a valid CloudEvent: Attribute 'type' must "
+        "not be None or empty\n")
+    assert sink.ids() == []

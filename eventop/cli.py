@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -129,6 +130,41 @@ def http_url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, not {text!r}")
     return str(text).strip()
+
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def is_dns_label(text: str) -> bool:
+    """An RFC 1123 label, what a namespace's name must be."""
+    return len(text) <= 63 and _LABEL.fullmatch(text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """An RFC 1123 subdomain, what most objects' names must be (a Lease's, a ConfigMap's)."""
+    return len(text) <= 253 and all(_LABEL.fullmatch(part) for part in text.split("."))
+
+
+NAMESPACE_RULE = ("a namespace name: lower case letters, digits and '-', at most 63, starting and "
+                  "ending with a letter or digit")
+NAME_RULE = ("an object name: lower case letters, digits, '-' and '.', at most 253, starting "
+             "and ending with a letter or digit")
+
+
+def namespace_name(text: str) -> str:
+    """A converter for a namespace's name."""
+    value = str(text).strip()
+    if not is_dns_label(value):
+        raise argparse.ArgumentTypeError(f"expected {NAMESPACE_RULE}, not {text!r}")
+    return value
+
+
+def object_name(text: str) -> str:
+    """A converter for an object's name (RFC 1123 subdomain)."""
+    value = str(text).strip()
+    if not is_dns_subdomain(value):
+        raise argparse.ArgumentTypeError(f"expected {NAME_RULE}, not {text!r}")
+    return value
 
 
 def _range_words(what: str, minimum: int | None, maximum: int | None) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from eventop.kube import Conflict, Kube, KubeError
+from eventop.kube import Conflict, Kube, KubeError, NotFound
 
 log = logging.getLogger("eventop.kube.leader")
 
@@ -139,12 +139,19 @@ class LeaderElector:
             except KubeError as exc:
                 if str(exc) != failed:
                     log.warning("leader election on lease %s/%s failed, retrying every "
-                                "%gs: %s (check that this service account may get, create "
-                                "and update leases in %s)", self.namespace, self.name,
-                                self.retry_period, exc, self.namespace)
+                                "%gs: %s (%s)", self.namespace, self.name,
+                                self.retry_period, exc, self._what_to_check(exc))
                     failed = str(exc)
             stop.wait(self.retry_period)
         return False
+
+    def _what_to_check(self, exc: KubeError) -> str:
+        """The likely cause of a failure to take the lease, for the log line."""
+        if isinstance(exc, NotFound):
+            return (f"check that the namespace {self.namespace} exists: the Lease is created "
+                    "in it")
+        return (f"check that this service account may get, create and update leases in "
+                f"{self.namespace}")
 
     def hold(self, on_lost: Callable[[], Any]) -> None:
         """Renew in the background; ``on_lost`` once renewing failed past the deadline."""

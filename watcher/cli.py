@@ -28,7 +28,9 @@ from eventop.cli import (
     integer,
     kubeconfig_files,
     log_options,
+    namespace_name,
     number,
+    object_name,
     report,
 )
 from eventop.events import simple_event, to_cloudevent
@@ -124,9 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     env_flag(run, "--leader-elect", "EVENTOP_LEADER_ELECT", False,
              "emit only while holding a coordination.k8s.io Lease (run several replicas, one "
              "active)", boolean, nargs="?", const=True, metavar="BOOL")
-    env_flag(run, "--lease-name", "EVENTOP_LEASE_NAME", "eventop-watcher", "name of the Lease")
+    env_flag(run, "--lease-name", "EVENTOP_LEASE_NAME", "eventop-watcher", "name of the Lease",
+             object_name)
     env_flag(run, "--lease-namespace", "EVENTOP_LEASE_NAMESPACE", None,
-             "namespace of the Lease (default: the pod's own namespace)")
+             "namespace of the Lease (default: the pod's own namespace)", namespace_name)
     env_flag(run, "--lease-seconds", "EVENTOP_LEASE_SECONDS", 15.0,
              "how long a leader that stopped renewing keeps the lease", number(above=0))
     env_flag(run, "--renew-deadline", "EVENTOP_RENEW_DEADLINE_SECONDS", 10.0,

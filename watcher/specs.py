@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from eventop.cli import NAMESPACE_RULE, is_dns_label
 from eventop.kube import Kube
 from eventop.kube.reflector import Watched, watch_string
 from eventop.kube.resources import Resource, ResourceTable
@@ -54,6 +55,9 @@ class ResourceSpec:
                              "[@namespace][:selector], e.g. apps/v1/statefulsets or v1/secrets")
         if not (version and plural):
             raise ValueError(f"resource {text!r} needs a version and a plural")
+        if namespace and not is_dns_label(namespace):
+            raise ValueError(f"resource {text!r}: {namespace!r} after '@' can not be a "
+                             f"namespace (expected {NAMESPACE_RULE})")
         return cls(group, version, plural, namespace or None, selector or None)
 
     @property

@@ -110,3 +110,18 @@ def test_a_candidate_that_can_not_reach_the_lease_says_so_once_not_every_retry(
     said = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert len(said) == 1 and "may get, create and update leases in default" in said[0], said
     a.release()
+
+
+def test_a_lease_namespace_that_does_not_exist_is_named_as_the_cause(
+        local_kube, caplog: pytest.LogCaptureFixture) -> None:
+    candidate = LeaderElector(Kube.connect(url=local_kube.url), "eventop-watcher", "nowhere",
+                              "a", **TIMING)
+    stop = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="eventop.kube.leader"):
+        t = threading.Thread(target=candidate.acquire, args=(stop,))
+        t.start()
+        wait_until(lambda: caplog.records, timeout=5)
+        stop.set()
+        t.join(5)
+    assert "check that the namespace nowhere exists" in caplog.records[0].getMessage()
+    assert "service account" not in caplog.records[0].getMessage()

@@ -302,3 +302,23 @@ def test_emit_refuses_an_empty_type_in_one_line(sink, capsys) -> None:
         "python -m eventop.watcher emit: error: not a valid CloudEvent: Attribute 'type' must "
         "not be None or empty\n")
     assert sink.ids() == []
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--resource", "v1/configmaps@Bad_NS"],
+     "--resource/EVENTOP_RESOURCES: resource 'v1/configmaps@Bad_NS': 'Bad_NS' after '@' can "
+     "not be a namespace"),
+    (["--leader-elect", "--lease-name", "Bad_Name"],
+     "argument --lease-name: expected an object name"),
+    (["--leader-elect", "--lease-namespace", "a.b"],
+     "argument --lease-namespace: expected a namespace name"),
+])
+def test_names_no_object_can_have_are_refused_at_start(capsys, args: list[str],
+                                                       said: str) -> None:
+    """Else the watcher would watch an empty namespace, or retry its Lease, forever."""
+    try:
+        status = main(["run", "--sink", "http://127.0.0.1:9", *args])
+    except SystemExit as exited:  # argparse's own refusal
+        status = exited.code  # type: ignore[assignment]
+    assert status == 2
+    assert capsys.readouterr().err.startswith(f"python -m eventop.watcher run: error: {said}")

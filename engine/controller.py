@@ -55,6 +55,10 @@ PARENT_UID_LABEL = "eventop.dev/parent-uid"
 #: Names the controller that wrote a child, where two controllers of one parent kind own the
 #: same child kind: each prunes only its own, instead of each other's in a loop.
 CONTROLLER_ANNOTATION = "eventop.dev/controller"
+#: On each child written by server-side apply: a hash of the body last applied. A field the
+#: handler no longer wants is still "contained" in the live object, so only this tells that
+#: the apply that removes it is due (kubectl keeps the whole body in an annotation for it).
+APPLIED_ANNOTATION = "eventop.dev/applied-hash"
 
 
 class Controller:

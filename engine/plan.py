@@ -12,11 +12,18 @@ Pure: no I/O. The rules every handler gets for free:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eventop.engine.controller import CONTROLLER_ANNOTATION, PARENT_UID_LABEL, Controller
+from eventop.engine.controller import (
+    APPLIED_ANNOTATION,
+    CONTROLLER_ANNOTATION,
+    PARENT_UID_LABEL,
+    Controller,
+)
 from eventop.engine.desired import Child, Conflict, Desired
 from eventop.engine.reads import Reads
 from eventop.kube.objects import owner_reference
@@ -151,7 +158,16 @@ def prepare(child: Child, parent: Obj, ctl: Controller | None = None) -> Obj:
     else:
         meta["labels"] = {**(meta.get("labels") or {}), PARENT_UID_LABEL: uid}
     obj["metadata"] = meta
+    if child.mode == "apply":
+        meta["annotations"] = {**(meta.get("annotations") or {}),
+                               APPLIED_ANNOTATION: applied_hash(obj)}
     return obj
+
+
+def applied_hash(body: Obj) -> str:
+    """A short, stable digest of a body to apply (its keys in any order)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _annotated(obj: Obj) -> str | None:
@@ -200,10 +216,16 @@ def metadata_contains(have: Obj, want: Obj) -> bool:
 
 def contains(have: Any, want: Any) -> bool:
     """Server-side apply's view of "already set": every field of ``want`` has its value in
-    ``have`` (fields the server or other managers added are ignored); lists item by item."""
+    ``have`` (fields the server or other managers added are ignored); lists item by item.
+    An empty map or list is set when absent: the API server stores ``data: {}`` as no
+    ``data`` at all, and applying it again would write for nothing, every run."""
     if isinstance(want, dict):
+        if not want:
+            return have is None or isinstance(have, dict)
         return isinstance(have, dict) and all(contains(have.get(k), v) for k, v in want.items())
     if isinstance(want, list):
+        if not want:
+            return have is None or have == []
         return (isinstance(have, list) and len(have) == len(want)
                 and all(contains(h, w) for h, w in zip(have, want, strict=True)))
     return bool(have == want)

@@ -49,6 +49,9 @@ class World:
         self._rv = itertools.count(1)
         #: Every write the engine made: (verb, kind, namespace, name).
         self.writes: list[tuple[str, str, str, str]] = []
+        #: The body last applied to each child: server-side apply removes what a manager
+        #: applied before and no longer names (maps key by key; the rest is merged).
+        self.applied: dict[tuple[str, str, str, str], Obj] = {}
         #: Every Kubernetes Event posted: (parent name, Note).
         self.events: list[tuple[str, Note]] = []
         self._seen_conflicts: dict[str, set[str]] = {}
@@ -181,7 +184,7 @@ class _WorldWriter:
         return self.world.get((obj["apiVersion"], obj["kind"]), meta["name"],
                               meta.get("namespace"))
 
-    def create(self, obj: Obj) -> Obj:
+    def create(self, obj: Obj, *, applied: bool = False) -> Obj:
         if self._current(obj) is not None:
             raise errors.Conflict(f"{obj['kind']} {obj['metadata']['name']} already exists",
                                   reason="AlreadyExists")
@@ -189,6 +192,8 @@ class _WorldWriter:
         if ns and self.world._terminating(ns):
             raise errors.Forbidden(f"namespace {ns} is being terminated", reason="Forbidden")
         self._log("create", obj)
+        if applied:  # what it wrote belongs to its applies from now on (Kube.create's note)
+            self.world.applied[_slot_of(obj)] = copy.deepcopy(obj)
         body = copy.deepcopy(obj)
         body["metadata"].pop("resourceVersion", None)
         body["metadata"]["uid"] = str(uuid.uuid4())
@@ -197,9 +202,15 @@ class _WorldWriter:
     def apply(self, obj: Obj, *, force: bool) -> Obj:
         current = self._current(obj)
         self._log("apply", obj)
+        slot = _slot_of(obj)
+        before = self.world.applied.get(slot)
+        self.world.applied[slot] = copy.deepcopy(obj)
         if current is None:
             return self.world.put(obj)
-        return self.world._store_obj(_merge(copy.deepcopy(current), copy.deepcopy(obj)))
+        base = copy.deepcopy(current)
+        if before is not None:
+            _drop_unnamed(base, before, obj)
+        return self.world._store_obj(_merge(base, copy.deepcopy(obj)))
 
     def replace(self, obj: Obj) -> Obj:
         current = self._current(obj)
@@ -266,3 +277,18 @@ def _merge(base: Obj, patch: Obj) -> Obj:
 
 
 __all__ = ["World"]
+
+
+def _slot_of(obj: Obj) -> tuple[str, str, str, str]:
+    meta = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def _drop_unnamed(current: Obj, before: Obj, now: Obj) -> None:
+    """Remove from ``current`` the map keys ``before`` applied and ``now`` no longer names."""
+    for key, old in before.items():
+        if key not in now:
+            current.pop(key, None)
+        elif isinstance(old, dict) and isinstance(now[key], dict) \
+                and isinstance(current.get(key), dict):
+            _drop_unnamed(current[key], old, now[key])

@@ -36,7 +36,7 @@ Obj = dict[str, Any]
 class Writer(Protocol):
     """The API calls the engine makes, under one handler's field manager."""
 
-    def create(self, obj: Obj) -> Obj: ...
+    def create(self, obj: Obj, *, applied: bool = False) -> Obj: ...
     def apply(self, obj: Obj, *, force: bool) -> Obj: ...
     def replace(self, obj: Obj) -> Obj: ...
     def delete(self, obj: Obj) -> None: ...
@@ -288,7 +288,7 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     conflict, never merged into."""
     assert action.desired is not None and action.child is not None
     try:
-        return category, writer.create(action.desired)
+        return category, writer.create(action.desired, applied=action.child.mode == "apply")
     except errors.NotFound as exc:
         # Its namespace does not exist (gone meanwhile, or never made): a refusal to report,
         # and the run is tried again (see RunResult.unsettled), not a silent skip.

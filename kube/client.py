@@ -19,6 +19,7 @@ from kubernetes import client as k8s_client
 
 from eventop.kube import errors
 from eventop.kube.connection import api_client, configuration
+from eventop.kube.managed_fields import upgrade_patch
 from eventop.kube.metrics import KUBE_REQUESTS, resource_label
 from eventop.kube.objects import kube_event, now_rfc3339, status_changed
 from eventop.kube.resources import Resource, ResourceTable, is_custom
@@ -302,6 +303,43 @@ class Kube:
                               content_type="application/apply-patch+yaml")
         return result
 
+    def upgrade_managed_fields(self, obj: Obj) -> Obj | None:
+        """Hand what this manager wrote by create or update to its server-side apply entry;
+        the object after that, or None if there was nothing to hand over.
+
+        The API server keeps a manager's ordinary writes (operation ``Update``) apart from
+        its applies. A field set by the POST that created an object therefore stays owned
+        by that Update entry, and an apply that no longer names it never removes it: a
+        Service's port changed by apply keeps its old port beside the new one (refused as
+        a duplicate port name), a Deployment keeps an environment variable the handler
+        dropped. client-go's ``csaupgrade`` moves such fields into the Apply entry with a
+        JSON patch of ``metadata.managedFields``; this is the same patch (the Python
+        client has no such helper), guarded by ``test`` operations on the entries it
+        rewrites and sent again on a fresh read if they moved meanwhile.
+        """
+        current: Obj | None = obj
+        for _attempt in range(3):
+            if current is None:
+                return None
+            patch = upgrade_patch((current.get("metadata") or {}).get("managedFields") or [],
+                                  self.field_manager)
+            if patch is None:
+                return None
+            meta = current["metadata"]
+            res = self.resource(current["apiVersion"], current["kind"])
+            try:
+                result: Obj = self.request(
+                    "PATCH", res.path(meta.get("namespace"), meta["name"]), verb="patch",
+                    body=patch, content_type="application/json-patch+json",
+                    query=[("fieldManager", self.field_manager)])
+                return result
+            except errors.Invalid:  # an entry moved: a test failed
+                current = self.get_or_none(current["apiVersion"], current["kind"],
+                                           meta["name"], meta.get("namespace"))
+        raise errors.Conflict(f"{current['kind'] if current else 'object'} "
+                              f"{meta.get('namespace', '')}/{meta['name']} kept changing while "
+                              f"its managed fields were handed to {self.field_manager}'s apply")
+
     def create(self, obj: Obj) -> Obj:
         res = self.resource(obj["apiVersion"], obj["kind"])
         ns = obj["metadata"].get("namespace")
@@ -423,3 +461,4 @@ class Kube:
     def ping(self) -> None:
         """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""
         self.request("GET", "/version", verb="version", timeout=(2.0, 3.0))
+

@@ -95,8 +95,9 @@ class Verbs(_Base):
                 raise errors.bad_request(f"the name of the object ({meta['name']}) does not "
                                          f"match the name on the URL ({name})")
             self._preconditions(res, rec, meta)
+            base = _given_managers(rec, body, subresource)
             new = self._merge_system(res, rec.obj, copy.deepcopy(body), subresource)
-            managers = ssa.record_update(rec.obj, new, rec.managers, manager=manager,
+            managers = ssa.record_update(rec.obj, new, base, manager=manager,
                                          api_version=res.api_version, now=now(),
                                          scope=_scope(subresource), has_status=res.has_status)
             stored, _ = self._finish(res, ns, name, rec, new, managers, dry_run=dry_run)
@@ -155,8 +156,9 @@ class Verbs(_Base):
             meta_patch = body.get("metadata") if isinstance(body, dict) else None
             if isinstance(meta_patch, dict):  # a resourceVersion in a patch is a precondition
                 self._preconditions(res, rec, meta_patch)
+            base = _given_managers(rec, patched, subresource)
             new = self._merge_system(res, rec.obj, patched, subresource)
-            managers = ssa.record_update(rec.obj, new, rec.managers, manager=manager,
+            managers = ssa.record_update(rec.obj, new, base, manager=manager,
                                          api_version=res.api_version, now=now(),
                                          scope=_scope(subresource), has_status=res.has_status)
             stored, _ = self._finish(res, ns, name, rec, new, managers, dry_run=dry_run)
@@ -230,6 +232,18 @@ class Verbs(_Base):
             stored, _ = self._finish(res, ns, name, rec, new, rec.managers)
             return copy.deepcopy(stored), False
         return copy.deepcopy(self._drop(res, rec)), True
+
+
+def _given_managers(rec: Record, new: Obj, subresource: str) -> ssa.Managers:
+    """The field managers a write starts from: those it sets in ``metadata.managedFields``
+    when it changes them (how clients such as client-go's ``csaupgrade`` hand fields from an
+    Update entry to an Apply entry), else the object's own. Not through a subresource, and
+    not for an empty list, as the real server."""
+    given = (new.get("metadata") or {}).get("managedFields")
+    if subresource or not isinstance(given, list) or not given \
+            or given == rec.obj["metadata"].get("managedFields"):
+        return rec.managers
+    return ssa.parse(given)
 
 
 def _scope(subresource: str) -> str:

@@ -123,3 +123,41 @@ def test_a_write_refused_with_409_learns_what_refused_it_from_the_cache_not_a_re
         assert [m for m, *_ in local_kube.requests[start:]] == ["GET"]
     finally:
         cache.stop()
+
+
+def configmap(**data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "child", "namespace": "default"}, "data": data}
+
+
+def managers(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(m["manager"], m["operation"]) for m in obj["metadata"].get("managedFields") or []]
+
+
+def test_what_a_create_wrote_is_handed_to_the_apply_so_a_later_apply_removes_it(
+        kube: Kube) -> None:
+    """A POST's fields belong to an Update entry, which no apply ever removes from: a key
+    the handler stopped wanting (a port, an environment variable) would stay for good."""
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    created = writer.create(configmap(a="1", b="2"), applied=True)
+    assert managers(created) == [(kube.field_manager, "Apply")]
+    assert writer.apply(configmap(a="1"), force=False)["data"] == {"a": "1"}
+
+
+def test_a_child_created_before_the_hand_over_gets_it_at_its_next_apply(kube: Kube) -> None:
+    """Children an earlier eventop created by POST alone (or whose hand-over failed)."""
+    legacy = kube.create(configmap(a="1", b="2"))
+    assert managers(legacy) == [(kube.field_manager, "Update")]
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    applied = writer.apply(configmap(a="1"), force=False)
+    assert applied["data"] == {"a": "1"}
+    assert managers(applied) == [(kube.field_manager, "Apply")]
+
+
+def test_every_write_of_a_create_and_hand_over_is_an_echo(kube: Kube) -> None:
+    echoes = Echoes()
+    writer = KubeWriter(kube, Cache(kube, []), echoes)
+    final = writer.create(configmap(a="1"), applied=True)
+    uid = final["metadata"]["uid"]
+    rv = int(final["metadata"]["resourceVersion"])
+    assert echoes.is_echo(uid, str(rv), "update") and echoes.is_echo(uid, str(rv - 1), "add")

@@ -152,8 +152,8 @@ def test_two_controllers_of_one_parent_owning_one_kind_keep_and_prune_only_their
         world.converge(rosters)
         world.converge(badges)
     assert [w[0] for w in world.writes] == ["create", "create"]
-    assert world.get("v1/ConfigMap", "a-roster", "teams")["metadata"]["annotations"] == {
-        "eventop.dev/controller": "rosters"}
+    annotations = world.get("v1/ConfigMap", "a-roster", "teams")["metadata"]["annotations"]
+    assert annotations["eventop.dev/controller"] == "rosters"
     assert loners.shared == set()  # no other owner of Secrets: children as before
     world.put(team("a", []))
     world.converge(rosters)
@@ -204,7 +204,7 @@ def test_a_create_whose_namespace_does_not_exist_is_reported_and_tried_again(
     from eventop.engine import testing
     from eventop.kube import errors
 
-    def missing(self: Any, obj: Obj) -> Obj:
+    def missing(self: Any, obj: Obj, **_: Any) -> Obj:
         raise errors.NotFound('namespaces "teams" not found', reason="NotFound")
 
     monkeypatch.setattr(testing._WorldWriter, "create", missing)
@@ -503,7 +503,7 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     from eventop.engine import testing
     from eventop.kube import errors
 
-    def refuse(self: Any, obj: Obj) -> Obj:
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
         raise errors.Invalid("ConfigMap \"a-roster\" is invalid: data: Too long", status=422,
                              reason="Invalid")
 
@@ -542,3 +542,40 @@ def test_world_hands_a_refresh_to_the_parents_its_trigger_names() -> None:
     assert [str(r.key) for r in world.triggered(ctl, Event.simple("example.refresh"))] == [
         "teams/a", "teams/b"]
     assert world.triggered(ctl, Event.simple("example.other")) == []
+
+
+def keyed_controller() -> Controller:
+    """One ConfigMap key per member, by server-side apply (the default mode)."""
+    ctl = Controller("keyed", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        cm = roster(t)
+        cm["data"] = {m: "member" for m in t["spec"]["members"]}
+        return Desired(children=[Child(cm)])
+    return ctl
+
+
+def test_a_key_the_handler_no_longer_wants_is_applied_away() -> None:
+    """What is left is still "contained" in the live object: the hash of the last applied
+    body tells that the apply that removes the rest is due."""
+    world = World([team("a", ["ann", "bob"])])
+    ctl = keyed_controller()
+    world.converge(ctl)
+    world.put(team("a", ["ann"]))
+    world.converge(ctl)
+    assert [w[0] for w in world.writes] == ["create", "apply"]
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"ann": "member"}
+    world.converge(ctl)
+    assert len(world.writes) == 2  # and once applied, in sync
+
+
+def test_an_empty_map_the_api_server_dropped_is_not_written_again() -> None:
+    """The API server stores ``data: {}`` as no data at all: still what was asked for."""
+    world = World([team("a", [])])
+    ctl = keyed_controller()
+    world.converge(ctl)
+    cm = world.get("v1/ConfigMap", "a-roster", "teams")
+    world.put({k: v for k, v in cm.items() if k != "data"})  # as the server keeps it
+    world.converge(ctl)
+    assert [w[0] for w in world.writes] == ["create"]

@@ -581,12 +581,12 @@ def test_runs_of_a_parent_that_may_overlap_do_not_wait_for_a_slow_write_nor_repe
     creates: list[str] = []
     create = writer.create
 
-    def slow_create(obj: Obj) -> Obj:
+    def slow_create(obj: Obj, **kwargs: Any) -> Obj:
         creates.append(obj["metadata"]["name"])
         if obj["metadata"]["name"] == "src-a":
             sent.set()
             assert slow.wait(20)
-        return create(obj)
+        return create(obj, **kwargs)
 
     writer.create = slow_create  # type: ignore[method-assign]
     try:

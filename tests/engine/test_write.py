@@ -31,7 +31,7 @@ class GatedWriter:
         self.gate = threading.Event()
         self.sent = threading.Event()
 
-    def create(self, obj: Obj) -> Obj:
+    def create(self, obj: Obj, *, applied: bool = False) -> Obj:
         self.calls.append(("create", obj["data"]["members"]))
         self.sent.set()
         assert self.gate.wait(10)

@@ -130,3 +130,46 @@ def test_a_reference_mode_event_of_a_quiet_kind_is_answered_on_a_real_api_server
         engine.stop()
         kube.delete("v1", "Namespace", ns)
         kube.delete("eventop.dev/v1", "CopyRule", rule["metadata"]["name"])
+
+
+def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real_server(
+        ) -> None:
+    """What a POST wrote belongs to an Update entry, which an apply never removes from: on
+    the real server a changed port stayed beside the new one (refused as two ports named
+    http) and a dropped variable stayed. Created by the engine, or before the hand-over
+    existed (a plain POST), the next apply leaves exactly what it names."""
+    from eventop.engine.apiserver import Echoes, KubeWriter
+
+    kube = Kube.connect(kubeconfig=os.environ["EVENTOP_TEST_KUBECONFIG"])
+    kube.field_manager = "eventop-test-apply"
+    ns = f"apply-{uuid.uuid4().hex[:6]}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+
+    def service(port: int) -> dict:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+                "spec": {"selector": {"app": "web"},
+                         "ports": [{"name": "http", "port": port, "targetPort": "http"}]}}
+
+    def deployment(port: int, env: dict[str, str]) -> dict:
+        labels = {"app": "web"}
+        container = {"name": "web", "image": "nginx", "ports": [{"name": "http",
+                                                                  "containerPort": port}],
+                     "env": [{"name": k, "value": v} for k, v in env.items()]}
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": ns},
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"containers": [container]}}}}
+
+    try:
+        writer.create(service(8080), applied=True)
+        ports = writer.apply(service(9090), force=True)["spec"]["ports"]
+        assert [p["port"] for p in ports] == [9090]
+        kube.create(deployment(8080, {"A": "1", "B": "2"}))  # as an earlier eventop made it
+        applied = writer.apply(deployment(9090, {"A": "1"}), force=True)
+        container = applied["spec"]["template"]["spec"]["containers"][0]
+        assert [p["containerPort"] for p in container["ports"]] == [9090]
+        assert container["env"] == [{"name": "A", "value": "1"}]
+    finally:
+        kube.delete("v1", "Namespace", ns)

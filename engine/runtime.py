@@ -25,6 +25,7 @@ from prometheus_client import Counter
 from eventop.cli import boolean
 from eventop.engine.apiserver import MAX_REMEMBERED, Echoes, KubeWriter
 from eventop.engine.controller import Controller
+from eventop.engine.desired import Conflict
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
 from eventop.engine.reads import Reads
@@ -178,6 +179,12 @@ class Engine:
         #: Runs after writes in a row, per key (see ``_work``).
         self._followups: dict[Item, int] = {}
         self._conflicts: dict[str, set[str]] = {}
+        #: Objects at a child's name that a parent does not own (handler, kind, namespace,
+        #: name) -> that parent: their change or deletion runs it at once. Nothing else maps
+        #: them to it (no ownerReference, no label), and its retries back off to 5 minutes.
+        self._squatters: dict[tuple[str, str, str, str], Key] = {}
+        self._squatting: dict[Item, set[tuple[str, str, str, str]]] = {}
+        self._squatters_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         #: Set once every controller's parents were queued for their first run.
@@ -350,6 +357,14 @@ class Engine:
         keys = ctl.keys_for(subject, self._reads(ctl),
                             parent_namespaced=bool(store and store.namespaced),
                             former_owner=changed.former_owner(uid) if changed else None)
+        if self._squatters:
+            meta = subject.get("metadata") or {}
+            with self._squatters_lock:
+                squatted = self._squatters.get((ctl.name, str(subject.get("kind")),
+                                                meta.get("namespace") or "",
+                                                str(meta.get("name"))))
+            if squatted is not None:
+                keys = keys | {squatted}
         if kind == ctl.parent.key and change == "update":
             keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
             if not keys:
@@ -521,6 +536,18 @@ class Engine:
                 if self._ends.get(item) is end:
                     del self._ends[item]
 
+    def _remember_squatters(self, ctl: Controller, key: Key, conflicts: list[Conflict]) -> None:
+        """This run's conflicts are the objects whose change runs ``key`` again."""
+        slots = {(ctl.name, c.kind, c.namespace, c.name) for c in conflicts}
+        item = (ctl.name, key)
+        with self._squatters_lock:
+            for slot in self._squatting.pop(item, set()) - slots:
+                if self._squatters.get(slot) == key:
+                    del self._squatters[slot]
+            if slots:
+                self._squatting[item] = slots
+                self._squatters.update(dict.fromkeys(slots, key))
+
     def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
              end: threading.Event, released: list[bool]
              ) -> tuple[str, bool, float | None, bool]:
@@ -558,6 +585,7 @@ class Engine:
                      submit=self._pool.submit, terminating=self._terminating,
                      seen_conflicts=self._conflicts,
                      pipeline=pipeline if ctl.overlap else None)
+        self._remember_squatters(ctl, key, result.outcome.conflicts if result.outcome else [])
         if before is not None:
             before.wait()  # what the earlier runs saw is older than what this one saw
         after = store.get(key.namespace or None, key.name)

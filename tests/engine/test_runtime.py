@@ -235,6 +235,24 @@ def test_a_child_blocked_by_someone_elses_object_is_made_once_it_is_gone_without
     assert counting.runs.count("s") >= 2
 
 
+def test_the_deletion_of_the_object_blocking_a_child_runs_its_parent_at_once(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """Not only when the backoff of its retries comes round, 5 minutes apart after a while:
+    the run's conflict names the object whose change is the parent's business."""
+    squatter = local_kube.put({"apiVersion": "v1", "kind": "Secret",
+                               "metadata": {"name": "q-copy", "namespace": NS},
+                               "stringData": {"v": "x"}})
+    parent = local_kube.put(cm("q", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    local_kube.remove("v1", "Secret", "q-copy", NS)
+    ticket, _ = engine.submit(Event.for_object("delete", squatter))
+    assert ticket.wait(20)
+    assert ticket.results[("counting", Key(NS, "q"))].ok
+    assert (local_kube.get("v1", "Secret", "q-copy", NS) or {}).get(
+        "metadata", {}).get("ownerReferences")
+    assert engine._squatters == {}  # made: no longer anybody's business
+
+
 def test_a_child_taken_over_by_removing_its_owner_reference_is_its_former_parents_business(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     """The change removes what mapped the child to its parent: the parent is mapped from

@@ -14,20 +14,18 @@ handler (or a change made meanwhile, which has another version) still sees it.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from eventop.engine.controller import APPLIED_ANNOTATION
 from eventop.engine.desired import Note
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache
 from eventop.kube.recent import Recent
-
-log = logging.getLogger("eventop.engine")
 
 Obj = dict[str, Any]
 #: How long a write refused with 409 waits for the cache to show what refused it.
@@ -103,46 +101,26 @@ class KubeWriter:
         self.echoes.mark(obj)
         return obj
 
-    def create(self, obj: Obj, *, applied: bool = False) -> Obj:
-        """POST (which fails if the name is taken: never merged into someone's object). An
-        ``applied`` child, updated by apply from then on, has what the POST wrote handed to
-        its apply entry at once (:meth:`Kube.upgrade_managed_fields`); should that fail,
-        :meth:`apply` does it before the first change that needs it."""
+    def create(self, obj: Obj) -> Obj:
         with self._write(obj):
-            created = self._wrote(self.kube.create(obj))
-            if not applied:
-                return created
-            try:
-                upgraded = self.kube.upgrade_managed_fields(created)
-            except errors.Unavailable:
-                raise
-            except errors.KubeError as exc:
-                log.warning("%s %s: its fields stay with the create for now: %s",
-                            obj["kind"], _where(obj), exc)
-                return created
-            return self._wrote(upgraded) if upgraded is not None else created
+            return self._wrote(self.kube.create(obj))
 
-    def apply(self, obj: Obj, *, force: bool) -> Obj:
-        """Server-side apply; fields this manager still holds from a create or update are
-        handed to its apply entry first and the apply is sent again, so that what the apply
-        no longer names is removed (an object created before that hand-over existed, or
-        whose hand-over failed)."""
+    def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj:
+        """Server-side apply. Before the first apply of a child (``existing``, as cached,
+        has no applied-hash yet), what this manager wrote by POST is handed to its apply
+        entry (:meth:`Kube.upgrade_managed_fields`): else the apply could never remove a
+        field the POST set, and the object would briefly hold old and new together (a
+        Deployment rolled out with both). Once per child: one read, and a patch if there
+        is anything to hand over."""
         with self._write(obj):
-            try:
-                result = self._wrote(self.kube.apply(obj, force=force))
-            except errors.Invalid:
-                # The old list entry the create owns, beside the new one, can make the
-                # object invalid (two ports named http): hand it over, then try again.
+            if not applied_before(existing):
                 meta = obj["metadata"]
                 current = self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"],
                                                 meta.get("namespace"))
-                if current is None or self.kube.upgrade_managed_fields(current) is None:
-                    raise
-                return self._wrote(self.kube.apply(obj, force=force))
-            upgraded = self.kube.upgrade_managed_fields(result)
-            if upgraded is None:
-                return result
-            self._wrote(upgraded)
+                if current is not None:
+                    upgraded = self.kube.upgrade_managed_fields(current)
+                    if upgraded is not None:
+                        self._wrote(upgraded)
             return self._wrote(self.kube.apply(obj, force=force))
 
     def replace(self, obj: Obj) -> Obj:
@@ -233,6 +211,7 @@ def _slot(obj: Obj) -> tuple[str, str, str]:
     return (str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))
 
 
-def _where(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+def applied_before(obj: Obj | None) -> bool:
+    """Has the engine applied this object before (its applied-hash annotation)?"""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return APPLIED_ANNOTATION in annotations

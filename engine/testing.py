@@ -184,7 +184,7 @@ class _WorldWriter:
         return self.world.get((obj["apiVersion"], obj["kind"]), meta["name"],
                               meta.get("namespace"))
 
-    def create(self, obj: Obj, *, applied: bool = False) -> Obj:
+    def create(self, obj: Obj) -> Obj:
         if self._current(obj) is not None:
             raise errors.Conflict(f"{obj['kind']} {obj['metadata']['name']} already exists",
                                   reason="AlreadyExists")
@@ -192,14 +192,14 @@ class _WorldWriter:
         if ns and self.world._terminating(ns):
             raise errors.Forbidden(f"namespace {ns} is being terminated", reason="Forbidden")
         self._log("create", obj)
-        if applied:  # what it wrote belongs to its applies from now on (Kube.create's note)
-            self.world.applied[_slot_of(obj)] = copy.deepcopy(obj)
+        # what it wrote is handed to its applies before the first (KubeWriter.apply)
+        self.world.applied[_slot_of(obj)] = copy.deepcopy(obj)
         body = copy.deepcopy(obj)
         body["metadata"].pop("resourceVersion", None)
         body["metadata"]["uid"] = str(uuid.uuid4())
         return self.world.put(body)
 
-    def apply(self, obj: Obj, *, force: bool) -> Obj:
+    def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj:
         current = self._current(obj)
         self._log("apply", obj)
         slot = _slot_of(obj)

@@ -36,8 +36,8 @@ Obj = dict[str, Any]
 class Writer(Protocol):
     """The API calls the engine makes, under one handler's field manager."""
 
-    def create(self, obj: Obj, *, applied: bool = False) -> Obj: ...
-    def apply(self, obj: Obj, *, force: bool) -> Obj: ...
+    def create(self, obj: Obj) -> Obj: ...
+    def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj: ...
     def replace(self, obj: Obj) -> Obj: ...
     def delete(self, obj: Obj) -> None: ...
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None: ...
@@ -288,7 +288,7 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     conflict, never merged into."""
     assert action.desired is not None and action.child is not None
     try:
-        return category, writer.create(action.desired, applied=action.child.mode == "apply")
+        return category, writer.create(action.desired)
     except errors.NotFound as exc:
         # Its namespace does not exist (gone meanwhile, or never made): a refusal to report,
         # and the run is tried again (see RunResult.unsettled), not a silent skip.
@@ -310,7 +310,7 @@ def _create(action: Action, writer: Writer, parent_uid: str,
 def _update(action: Action, writer: Writer, existing: Obj | None) -> Obj:
     assert action.desired is not None and action.child is not None and existing is not None
     if action.child.mode != "replace":
-        return writer.apply(action.desired, force=action.child.force)
+        return writer.apply(action.desired, force=action.child.force, existing=existing)
     try:
         return writer.replace(replacement(existing, action.desired))
     except errors.Conflict:

@@ -119,9 +119,35 @@ def image_for(version: Version) -> str:
     return f"{IMAGE_REPOSITORY}:{version}"
 
 
+#: Names the application's database and role must not take: the server's superuser and
+#: the replication role (the init Job would make them the application's, without superuser
+#: or replication), the template databases, and what PostgreSQL itself refuses as a role.
+RESERVED_NAMES = frozenset({"postgres", "replicator", "template0", "template1", "public",
+                            "none", "current_user", "session_user", "current_role"})
+
+
+def reserved(name: str) -> bool:
+    return name in RESERVED_NAMES or name.startswith("pg_")
+
+
 def default_database_name(name: str) -> str:
     cleaned = re.sub(r"[^a-z0-9_]", "_", name.lower())[:63]
-    return cleaned if re.match(r"[a-z_]", cleaned) else f"db_{cleaned}"[:63]
+    if not re.match(r"[a-z_]", cleaned) or reserved(cleaned):
+        return f"db_{cleaned}"[:63]
+    return cleaned
+
+
+def database_name(db_name: str, given: str | None) -> str:
+    """``spec.databaseName`` (also the application's role), refused if reserved, or one
+    made from the Database's name."""
+    if not given:
+        return default_database_name(db_name)
+    if reserved(given):
+        raise SpecError(f"spec.databaseName {given!r} is reserved (the server's superuser, "
+                        "the replication role, a template database, or a name PostgreSQL "
+                        "keeps for itself): choose another, or leave it out to use the "
+                        "Database's name", reason="InvalidDatabaseName")
+    return given
 
 
 def parse_spec(db: Obj) -> DatabaseSpec:
@@ -158,7 +184,7 @@ def parse_spec(db: Obj) -> DatabaseSpec:
         uid=str(meta.get("uid") or ""),
         version=version, image=image,
         replicas=int(spec.get("replicas", 1)), port=int(spec.get("port", 5432)),
-        database_name=spec.get("databaseName") or default_database_name(meta["name"]),
+        database_name=database_name(meta["name"], spec.get("databaseName")),
         storage_size=str(storage["size"]), storage_class=storage.get("storageClassName"),
         resources=spec.get("resources") or DEFAULT_RESOURCES,
         schedule=schedule, retention=int(backup.get("retention", 7)),

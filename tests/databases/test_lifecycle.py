@@ -266,3 +266,22 @@ def test_someone_elses_secret_at_the_name_is_left_alone() -> None:
     assert world.get("Secret", "orders-credentials")["data"] == {"password": "eA=="}
     assert world.condition("Ready")["reason"] == "SecretConflict"
     assert world.names("StatefulSet") == []
+
+
+@pytest.mark.parametrize("name", ["postgres", "replicator", "template1", "pg_monitor"])
+def test_a_reserved_database_name_is_refused_before_anything_is_made(name: str) -> None:
+    """The init Job would make the superuser or the replication role the application's
+    (no longer superuser, a new password)."""
+    world = World(database(databaseName=name))
+    world.converge()
+    assert world.names("Job") == [] and world.names("StatefulSet") == []
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidDatabaseName")
+    assert f"spec.databaseName {name!r} is reserved" in ready["message"]
+
+
+def test_a_database_named_like_a_reserved_role_gets_a_database_name_of_its_own() -> None:
+    from eventop.handlers.databases.spec import parse_spec
+
+    assert parse_spec(database("postgres")).database_name == "db_postgres"
+    assert parse_spec(database("orders")).database_name == "orders"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from eventop.engine.apiserver import Echoes, KubeWriter
+from eventop.engine.controller import APPLIED_ANNOTATION
 from eventop.kube import Kube, NotFound
 from eventop.kube.informer import Cache
 
@@ -134,30 +135,30 @@ def managers(obj: dict[str, Any]) -> list[tuple[str, str]]:
     return [(m["manager"], m["operation"]) for m in obj["metadata"].get("managedFields") or []]
 
 
-def test_what_a_create_wrote_is_handed_to_the_apply_so_a_later_apply_removes_it(
+def test_what_a_create_wrote_is_handed_to_the_apply_before_the_first_so_it_removes_it(
         kube: Kube) -> None:
     """A POST's fields belong to an Update entry, which no apply ever removes from: a key
     the handler stopped wanting (a port, an environment variable) would stay for good."""
-    writer = KubeWriter(kube, Cache(kube, []), Echoes())
-    created = writer.create(configmap(a="1", b="2"), applied=True)
-    assert managers(created) == [(kube.field_manager, "Apply")]
-    assert writer.apply(configmap(a="1"), force=False)["data"] == {"a": "1"}
-
-
-def test_a_child_created_before_the_hand_over_gets_it_at_its_next_apply(kube: Kube) -> None:
-    """Children an earlier eventop created by POST alone (or whose hand-over failed)."""
-    legacy = kube.create(configmap(a="1", b="2"))
-    assert managers(legacy) == [(kube.field_manager, "Update")]
-    writer = KubeWriter(kube, Cache(kube, []), Echoes())
-    applied = writer.apply(configmap(a="1"), force=False)
-    assert applied["data"] == {"a": "1"}
-    assert managers(applied) == [(kube.field_manager, "Apply")]
-
-
-def test_every_write_of_a_create_and_hand_over_is_an_echo(kube: Kube) -> None:
     echoes = Echoes()
     writer = KubeWriter(kube, Cache(kube, []), echoes)
-    final = writer.create(configmap(a="1"), applied=True)
-    uid = final["metadata"]["uid"]
-    rv = int(final["metadata"]["resourceVersion"])
-    assert echoes.is_echo(uid, str(rv), "update") and echoes.is_echo(uid, str(rv - 1), "add")
+    created = writer.create(configmap(a="1", b="2"))
+    assert managers(created) == [(kube.field_manager, "Update")]
+    applied = writer.apply(configmap(a="1"), force=False, existing=created)
+    assert applied["data"] == {"a": "1"}
+    assert managers(applied) == [(kube.field_manager, "Apply")]
+    uid, rv = applied["metadata"]["uid"], int(applied["metadata"]["resourceVersion"])
+    assert echoes.is_echo(uid, str(rv - 1), "update")  # the hand-over's own write
+
+
+def test_a_child_applied_before_is_applied_without_a_read(kube: Kube, local_kube: Any) -> None:
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    created = writer.create(configmap(a="1"))
+    first = writer.apply({**configmap(a="1", b="2"), "metadata": {
+        **configmap()["metadata"], "annotations": {APPLIED_ANNOTATION: "h1"}}},
+        force=False, existing=created)
+    start = len(local_kube.requests)
+    writer.apply({**configmap(a="1"), "metadata": {
+        **configmap()["metadata"], "annotations": {APPLIED_ANNOTATION: "h2"}}},
+        force=False, existing=first)
+    assert [r[0] for r in local_kube.requests[start:]] == ["PATCH"]
+    assert kube.get("v1", "ConfigMap", "child", "default")["data"] == {"a": "1"}

@@ -136,8 +136,7 @@ def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real
         ) -> None:
     """What a POST wrote belongs to an Update entry, which an apply never removes from: on
     the real server a changed port stayed beside the new one (refused as two ports named
-    http) and a dropped variable stayed. Created by the engine, or before the hand-over
-    existed (a plain POST), the next apply leaves exactly what it names."""
+    http) and a dropped variable stayed. The first apply hands it over first."""
     from eventop.engine.apiserver import Echoes, KubeWriter
 
     kube = Kube.connect(kubeconfig=os.environ["EVENTOP_TEST_KUBECONFIG"])
@@ -163,11 +162,11 @@ def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real
                                       "spec": {"containers": [container]}}}}
 
     try:
-        writer.create(service(8080), applied=True)
-        ports = writer.apply(service(9090), force=True)["spec"]["ports"]
+        created = writer.create(service(8080))
+        ports = writer.apply(service(9090), force=True, existing=created)["spec"]["ports"]
         assert [p["port"] for p in ports] == [9090]
-        kube.create(deployment(8080, {"A": "1", "B": "2"}))  # as an earlier eventop made it
-        applied = writer.apply(deployment(9090, {"A": "1"}), force=True)
+        created = writer.create(deployment(8080, {"A": "1", "B": "2"}))
+        applied = writer.apply(deployment(9090, {"A": "1"}), force=True, existing=created)
         container = applied["spec"]["template"]["spec"]["containers"][0]
         assert [p["containerPort"] for p in container["ports"]] == [9090]
         assert container["env"] == [{"name": "A", "value": "1"}]

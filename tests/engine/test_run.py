@@ -485,7 +485,7 @@ def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
     from eventop.kube import errors
 
     class Refusing:
-        def apply(self, obj: Obj, *, force: bool) -> Obj:
+        def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj:
             raise errors.Invalid("spec: Forbidden: field is immutable\n  diff...", status=422,
                                  reason="Invalid")
 

@@ -31,13 +31,13 @@ class GatedWriter:
         self.gate = threading.Event()
         self.sent = threading.Event()
 
-    def create(self, obj: Obj, *, applied: bool = False) -> Obj:
+    def create(self, obj: Obj) -> Obj:
         self.calls.append(("create", obj["data"]["members"]))
         self.sent.set()
         assert self.gate.wait(10)
         return {**obj, "metadata": {**obj["metadata"], "uid": "child", "resourceVersion": "1"}}
 
-    def apply(self, obj: Obj, *, force: bool) -> Obj:
+    def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj:
         self.calls.append(("apply", obj["data"]["members"]))
         return obj
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventop.engine.controller import Controller
+from eventop.engine.controller import FINALIZER_DOMAIN, Controller
 from eventop.engine.desired import Desired, Note, Outcome, WriteError
 from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
@@ -86,6 +86,15 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     finalizer = ctl.finalizer
     finalizers = meta.get("finalizers") or []
     deleting = bool(meta.get("deletionTimestamp"))
+    stale = f"{FINALIZER_DOMAIN}/{ctl.name}"
+    if finalizer is None and stale in finalizers:
+        # Left by a version of the handler that had a @finalize function: nothing would
+        # ever remove it, and the parent could never be deleted.
+        parent = writer.set_finalizer(parent, stale, False)
+        if deleting:
+            return RunResult(key, f"{ctl.parent.kind} {key} is being deleted; removed the "
+                                  f"finalizer {stale}, which {ctl.name} no longer handles")
+        meta, reads.parent = parent["metadata"], parent
     if deleting and not (finalizer and finalizer in finalizers):
         return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
     if deleting and pipeline is not None:

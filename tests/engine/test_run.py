@@ -579,3 +579,23 @@ def test_an_empty_map_the_api_server_dropped_is_not_written_again() -> None:
     world.put({k: v for k, v in cm.items() if k != "data"})  # as the server keeps it
     world.converge(ctl)
     assert [w[0] for w in world.writes] == ["create"]
+
+
+def test_a_finalizer_the_handler_no_longer_handles_is_removed_so_deletion_proceeds() -> None:
+    """Its @finalize function was removed: nothing else would ever remove the finalizer."""
+    held = team("a", ["ann"])
+    held["metadata"]["finalizers"] = ["eventop.dev/teams", "example.com/other"]
+    world = World([held])
+    ctl = teams_controller()
+    world.converge(ctl)
+    assert world.get(TEAM, "a", "teams")["metadata"]["finalizers"] == ["example.com/other"]
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is not None  # and it runs on
+
+
+def test_a_parent_held_by_a_finalizer_the_handler_no_longer_handles_can_be_deleted() -> None:
+    held = team("b", ["bob"])
+    held["metadata"].update(finalizers=["eventop.dev/teams"],
+                            deletionTimestamp="2026-11-28T00:00:00Z")
+    world = World([held])
+    world.converge(teams_controller())
+    assert not (world.get(TEAM, "b", "teams") or {}).get("metadata", {}).get("finalizers")

@@ -93,8 +93,9 @@ class Conflict:
 
 @dataclass(frozen=True)
 class WriteError:
-    """A write the API server refused (403, 422, a field conflict...): reported, not retried
-    until something changes."""
+    """A write the API server refused (403, 422, a field conflict...): reported, and the run
+    tried again with backoff (0.5 s doubling, at most every 5 minutes) or when something
+    changes."""
 
     verb: str
     kind: str

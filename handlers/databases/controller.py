@@ -23,7 +23,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from eventop.engine import Child, Controller, Desired, Kind, Note, Reads
+from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
 from eventop.handlers.databases import lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
@@ -31,7 +31,7 @@ from eventop.handlers.databases.observe import Observed
 from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
 from eventop.handlers.databases.workload import APP_NAME
 from eventop.handlers.registry import Registry
-from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, label_value
+from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, label_value, now_rfc3339, set_condition
 
 Obj = dict[str, Any]
 
@@ -95,11 +95,34 @@ def desired(result: Plan, observed: Observed) -> Desired:
     children += [kept(obj, observed) for obj in result.kept]
     return Desired(
         children=children, prune=result.children is not None,
-        status=result.status,
+        status=(lambda outcome: with_outcome(result.status, outcome))
+        if result.status is not None else None,
         events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
                 for kind, reason, message in result.events],
         delete=list(result.deletions),
         requeue_after=result.requeue_after, done=result.finalize)
+
+
+def with_outcome(status: Obj, outcome: Outcome) -> Obj:
+    """The status, with ``Ready`` False while a child could not be written: an object of
+    someone else's at its name (a Service ``pay`` made by hand: the Database would report
+    an endpoint that is not its own), or a write the API server refused."""
+    if outcome.conflicts:
+        first = outcome.conflicts[0]
+        reason, message = "ChildConflict", (
+            f"{first.kind} {first} exists and is not this Database's: left unchanged; delete "
+            "or rename it to let eventop manage it")
+    elif outcome.errors:
+        reason, message = "WriteRefused", f"the API server refused to {outcome.errors[0]}"
+    else:
+        return status
+    more = len(outcome.conflicts) + len(outcome.errors) - 1
+    if more:
+        message += f" (and {more} more, see the Events)"
+    conditions = set_condition(status.get("conditions"), "Ready", "False", reason, message,
+                               now_rfc3339(), status.get("observedGeneration"))
+    phase = "Degraded" if status.get("phase") == "Ready" else status.get("phase")
+    return {**status, "conditions": conditions, "phase": phase}
 
 
 def kept(obj: Obj, observed: Observed) -> Child:

@@ -155,3 +155,22 @@ def test_a_replica_that_has_not_seen_the_secret_yet_never_changes_the_passwords(
     world.reconcile(databases, "orders", "shop")
     assert [w for w in world.writes[before:] if w[1] == "Secret"] == []
     assert world.get("v1/Secret", "orders-credentials", "shop")["data"] == secret["data"]
+
+
+def test_a_service_of_someone_elses_at_its_name_makes_the_database_not_ready() -> None:
+    """Else it reported Ready with an endpoint that is not its own (found on a real API
+    server: only a Warning Event, which expires, told)."""
+    from eventop.engine.testing import World as EngineWorld
+    from eventop.handlers.databases.controller import databases
+    from tests.databases.world import database
+
+    foreign = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "orders", "namespace": "shop", "uid": "someone"},
+               "spec": {"selector": {"app": "orders"}, "ports": [{"port": 5432}]}}
+    world = EngineWorld([database(), foreign])
+    world.converge(databases)
+    status = world.get("eventop.dev/v1/Database", "orders", "shop")["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ChildConflict")
+    assert ready["message"].startswith("Service shop/orders exists and is not this Database's")
+    assert world.get("v1/Service", "orders", "shop")["metadata"]["uid"] == "someone"

@@ -308,9 +308,16 @@ def desired_copies(rule: Obj, sources: Iterable[Obj],
                    namespaces: Iterable[Obj]) -> dict[Slot, Obj]:
     """Every copy the rule asks for, given its sources and candidate target namespaces.
 
+    No copy goes into a source namespace of the rule: each publishes there, and a copy of
+    another's would stand in the way of its own source of that name (created again, it
+    would be refused as existing, or overwritten as a copy) and be reported as a conflict
+    where it has one.
+
     Each source's copy is built (and its content hashed) once; the copies differ only in
     their namespace and share the rest, read-only."""
-    targets = [ns["metadata"]["name"] for ns in namespaces if is_target(rule, ns)]
+    publishers = set(source_namespaces(rule))
+    targets = [ns["metadata"]["name"] for ns in namespaces
+               if ns["metadata"].get("name") not in publishers and is_target(rule, ns)]
     result: dict[Slot, Obj] = {}
     for name, src in sorted(winning_sources(rule, sources).items()):
         src_ns = src["metadata"]["namespace"]

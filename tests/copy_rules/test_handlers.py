@@ -255,9 +255,9 @@ def test_two_source_namespaces_first_listed_wins_and_rule_change_prunes(h: Harne
     h.world_put(copy_rule("main-rule", namespaces=["shared", "default"]))
     h.settle()
     assert data_of(h)["team-a/registry-config"] == {"mirror": "shared"}
-    # default's own registry-config is a source, never overwritten: a conflict
+    # default's own registry-config is a source of the rule: no copy is wanted there
     assert h.objects()["default/registry-config"]["data"] == {"mirror": "m:5000"}
-    assert "default/registry-config" in h.rule("main-rule")["status"]["conflictList"]
+    assert h.rule("main-rule")["status"]["conflictList"] == []
     h.world_put(copy_rule("main-rule", namespaces=["default"], targets={"names": ["team-b"]}))
     h.settle()
     assert data_of(h) == {"team-b/registry-config": {"mirror": "m:5000"}}

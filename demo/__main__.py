@@ -29,7 +29,7 @@ from types import FrameType
 from urllib3.exceptions import InsecureRequestWarning
 
 from demo.world import REPO, Expectations, LocalWorld, World, load_examples, report
-from eventop.cli import ConfigError, Parser, number
+from eventop.cli import ConfigError, Parser, http_url, number
 from eventop.cli import report as report_error
 from eventop.testing.processes import RouterProcess, WatcherProcess
 
@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--kubeconfig is only used with --cluster (without it the demo "
                               "runs on the embedded local API server)")
         kubeconfig = cluster_kubeconfig(args) if args.cluster else None
+        if os.environ.get("RATES_API_URL", "").strip():
+            try:
+                http_url(os.environ["RATES_API_URL"])
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"RATES_API_URL: {exc}") from None
     except ConfigError as exc:
         return report_error(PROG, exc)
 
@@ -231,10 +236,15 @@ def start_local(stack: contextlib.ExitStack, log_dir: str) -> tuple[LocalWorld, 
         raise Failed(f"the local API server did not start: {_one_line(exc)}") from None
     stack.callback(local.close)
     print(f"  [1/5] local API server        {local.url}  (CRDs from crds/ installed)")
-    rates = stack.enter_context(RatesStandIn())
-    print(f"  [2/5] rates provider stand-in {rates.url}  (set RATES_API_URL for real)")
+    given = os.environ.get("RATES_API_URL", "").strip()  # checked by main
+    if given:
+        rates_url = given
+        print(f"  [2/5] rates provider          {rates_url}  (RATES_API_URL)")
+    else:
+        rates_url = stack.enter_context(RatesStandIn()).url
+        print(f"  [2/5] rates provider stand-in {rates_url}  (set RATES_API_URL for a real one)")
     world = LocalWorld(local, Path(log_dir) / "kubeconfig")
-    return world, {"EVENTOP_KUBE_URL": local.url, "RATES_API_URL": rates.url}
+    return world, {"EVENTOP_KUBE_URL": local.url, "RATES_API_URL": rates_url}
 
 
 def _exited(process: RouterProcess | WatcherProcess) -> str | None:

@@ -298,3 +298,15 @@ def test_sigterm_stops_the_router_and_the_watcher(wait_for: str, status: int) ->
     assert proc.returncode == status, err
     assert "SIGTERM: stopping what the demo started" in err
     assert [pid for pid in children if _alive(pid)] == []
+
+
+def test_a_rates_url_given_is_used_by_the_local_demo_and_a_wrong_one_refused() -> None:
+    """The demo says "set RATES_API_URL for a real one": it used to go on with its stand-in."""
+    proc = run_demo(env=demo_env(RATES_API_URL="notaurl"))
+    assert (proc.returncode, proc.stderr) == (
+        2, "python -m demo: error: RATES_API_URL: expected an http:// or https:// URL, not "
+           "'notaurl'\n")
+    with RatesStandIn() as rates:
+        proc = run_demo("--timeout", "120", env=demo_env(RATES_API_URL=rates.url))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"rates provider          {rates.url}  (RATES_API_URL)" in proc.stdout

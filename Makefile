@@ -62,4 +62,4 @@ lock: $(STAMP)
 
 ## Remove the virtualenv and the caches (make test or make demo makes them again).
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build eventop.egg-info

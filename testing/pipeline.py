@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +47,7 @@ class Pipeline:
                  env: dict[str, str] | None = None, cwd: str | Path | None = None,
                  workers: int = 1, log_dir: str | None = None) -> None:
         self.cluster = cluster
+        self._own_dir = log_dir is None  # removed on close: nothing left behind in /tmp
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="eventop-test-")
         self.source = cluster.url
         common = {**cluster.env, "EVENTOP_LOG_FORMAT": "json", **(env or {})}
@@ -63,8 +65,10 @@ class Pipeline:
                     self.router.url, watch_env, self.log_dir, cwd=cwd,
                     wait_watching=str(watch_env.get("EVENTOP_LOG_LEVEL") or os.environ.get(
                         "EVENTOP_LOG_LEVEL") or "INFO").upper() in ("DEBUG", "INFO"))
-            except BaseException:
+            except BaseException:  # (its error says what the watcher's log ended with)
                 self.router.stop(keep_log=True)
+                if self._own_dir:
+                    shutil.rmtree(self.log_dir, ignore_errors=True)
                 raise
 
     @property
@@ -110,12 +114,15 @@ class Pipeline:
         return [line for line in self.log_lines() if "outcome" in line and "status" in line]
 
     def close(self) -> None:
-        """Stop the watcher, then the router (their logs stay in :attr:`log_dir`)."""
+        """Stop the watcher, then the router. Their logs stay in a ``log_dir`` given (the
+        kit's fixtures give pytest's ``tmp_path``); a directory of its own is removed."""
         try:
             if self.watcher is not None:
                 self.watcher.stop(keep_log=True)
         finally:
             self.router.stop(keep_log=True)
+            if self._own_dir:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> Pipeline:
         return self

@@ -102,7 +102,9 @@ def _pipeline(request: pytest.FixtureRequest, cluster: Any, watcher: bool) -> It
                         watcher=watcher,
                         resources=request.getfixturevalue("eventop_resources"),
                         env=request.getfixturevalue("eventop_env"),
-                        cwd=config.rootpath)
+                        cwd=config.rootpath,
+                        # pytest keeps the logs of its last few runs there, and removes older
+                        log_dir=str(request.getfixturevalue("tmp_path")))
     try:
         yield pipeline
     finally:

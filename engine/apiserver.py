@@ -14,7 +14,10 @@ handler (or a change made meanwhile, which has another version) still sees it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +31,8 @@ from eventop.kube.informer import Cache
 from eventop.kube.recent import Recent
 
 Obj = dict[str, Any]
+#: How long a refused write is refused again without asking the API server (seconds).
+REFUSAL_TTL = 30.0
 #: How long a write refused with 409 waits for the cache to show what refused it.
 CONFLICT_CACHE_WAIT = 1.0
 MAX_REMEMBERED = 50_000  # echoes per handler; the oldest are forgotten first
@@ -75,6 +80,7 @@ class KubeWriter:
         self.echoes = echoes
         self._lock = threading.Lock()
         self._writing: Counter[tuple[str, str, str]] = Counter()
+        self._refused: Recent[tuple[str, ...], tuple[float, errors.KubeError]] = Recent(10_000)
 
     def writing(self, obj: Obj) -> bool:
         """Is a write of this object (kind, namespace, name) under way?"""
@@ -82,12 +88,27 @@ class KubeWriter:
             return self._writing[_slot(obj)] > 0
 
     @contextmanager
-    def _write(self, obj: Obj) -> Iterator[None]:
+    def _write(self, obj: Obj, verb: str = "") -> Iterator[None]:
+        """A write of ``obj`` under way. With ``verb``, the very write (same body) the API
+        server refused less than :data:`REFUSAL_TTL` ago is refused again without asking:
+        every event about a child or its parent runs the parent, and each run would send the
+        same 422 or 403 again (a reviewer counted 22 in three minutes for one immutable
+        field); its retries with backoff still ask once it is older."""
         slot = _slot(obj)
+        memo = (verb, *slot, _digest(obj)) if verb else None
+        if memo is not None:
+            refused = self._refused.get(memo)
+            if refused is not None and refused[0] > time.monotonic():
+                raise refused[1]
         with self._lock:
             self._writing[slot] += 1
         try:
             yield
+        except (errors.Invalid, errors.Forbidden, errors.Conflict) as exc:
+            # a field conflict of an apply is a refusal; a replace's 409 is a race
+            if memo is not None and (verb == "apply" or not isinstance(exc, errors.Conflict)):
+                self._refused.put(memo, (time.monotonic() + REFUSAL_TTL, exc))
+            raise
         finally:
             with self._lock:
                 self._writing[slot] -= 1
@@ -102,7 +123,7 @@ class KubeWriter:
         return obj
 
     def create(self, obj: Obj) -> Obj:
-        with self._write(obj):
+        with self._write(obj, "create"):
             return self._wrote(self.kube.create(obj))
 
     def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj:
@@ -112,7 +133,7 @@ class KubeWriter:
         field the POST set, and the object would briefly hold old and new together (a
         Deployment rolled out with both). Once per child: one read, and a patch if there
         is anything to hand over."""
-        with self._write(obj):
+        with self._write(obj, "apply"):
             if not applied_before(existing):
                 meta = obj["metadata"]
                 current = self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"],
@@ -124,7 +145,7 @@ class KubeWriter:
             return self._wrote(self.kube.apply(obj, force=force))
 
     def replace(self, obj: Obj) -> Obj:
-        with self._write(obj):
+        with self._write(obj, "replace"):
             return self._wrote(self.kube.replace(obj))
 
     def delete(self, obj: Obj) -> None:
@@ -215,3 +236,7 @@ def applied_before(obj: Obj | None) -> bool:
     """Has the engine applied this object before (its applied-hash annotation)?"""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return APPLIED_ANNOTATION in annotations
+
+
+def _digest(obj: Obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

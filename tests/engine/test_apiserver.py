@@ -162,3 +162,33 @@ def test_a_child_applied_before_is_applied_without_a_read(kube: Kube, local_kube
         force=False, existing=first)
     assert [r[0] for r in local_kube.requests[start:]] == ["PATCH"]
     assert kube.get("v1", "ConfigMap", "child", "default")["data"] == {"a": "1"}
+
+
+def test_the_very_write_refused_moments_ago_is_refused_again_without_asking(
+        kube: Kube, local_kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event about a child or its parent runs the parent: each run sent the same
+    refused write again (22 in three minutes for one immutable field, on a real server)."""
+    from eventop.engine import apiserver
+    from eventop.kube.errors import Invalid
+
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    created = writer.create({**configmap(a="1"), "immutable": True})
+    changed = {**configmap(a="2"), "immutable": True}
+    with pytest.raises(Invalid, match="immutable"):
+        writer.apply(changed, force=True, existing=created)
+    start = len(local_kube.requests)
+    with pytest.raises(Invalid, match="immutable"):
+        writer.apply(changed, force=True, existing=created)
+    assert local_kube.requests[start:] == []
+    another = {**configmap(a="3"), "immutable": True}  # another write: asked
+    with pytest.raises(Invalid):
+        writer.apply(another, force=True, existing=created)
+    assert len(local_kube.requests) > start
+    monkeypatch.setattr(apiserver, "REFUSAL_TTL", 0.0)  # refusals forgotten at once
+    fourth = {**configmap(a="4"), "immutable": True}
+    with pytest.raises(Invalid):
+        writer.apply(fourth, force=True, existing=created)
+    start = len(local_kube.requests)
+    with pytest.raises(Invalid):
+        writer.apply(fourth, force=True, existing=created)
+    assert local_kube.requests[start:]

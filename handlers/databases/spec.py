@@ -1,8 +1,8 @@
 """A Database's spec, read once into a typed value; versions and the images they run.
 
 The API server already refuses what the schema can say (an unknown engine, a missing storage
-size, a malformed version); what it can not (an unsupported major, a cron schedule, a name
-too long for the objects derived from it) is checked here and raised as the engine's
+size, a malformed version); what it can not (an unsupported major, a cron schedule, a
+reserved database name) is checked here and raised as the engine's
 :class:`~eventop.engine.SpecError` (one model of an invalid custom resource for every
 handler), which the handler reports in the status instead of acting.
 """

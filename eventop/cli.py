@@ -56,8 +56,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def report(prog: str, error: ConfigError) -> int:
-    """Print a configuration error as one line on stderr; return the exit status, 2."""
-    print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
+    """Print a configuration error as one line on stderr; return the exit status, 2. (A
+    message quoting a library's, a YAML parser's say, is folded onto that one line.)"""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     return 2
 
 

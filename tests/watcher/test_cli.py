@@ -322,3 +322,16 @@ def test_names_no_object_can_have_are_refused_at_start(capsys, args: list[str],
         status = exited.code  # type: ignore[assignment]
     assert status == 2
     assert capsys.readouterr().err.startswith(f"python -m eventop.watcher run: error: {said}")
+
+
+def test_a_malformed_kubeconfig_is_said_in_one_line(capsys, tmp_path, monkeypatch) -> None:
+    """The YAML parser's message spans lines; the user gets one."""
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nclusters: [\n  - a\n")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.delenv("EVENTOP_KUBE_URL", raising=False)
+    assert main(["run", "--sink", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("python -m eventop.watcher run: error: cannot configure Kubernetes "
+                          "access: ParserError: while parsing a flow node expected")

@@ -203,7 +203,7 @@ class Engine:
         if self.settings.run_on_watch:
             self.cache.listen(self._on_watch)
         if self.elector is not None:
-            self._campaign = self.elector.campaign(self._stop)
+            self._campaign = self.elector.campaign(self._stop, on_lead=self._lead)
         self.cache.start()
         for i in range(self.settings.workers):
             t = threading.Thread(target=self._work, name=f"engine-worker-{i}", daemon=True)
@@ -230,12 +230,23 @@ class Engine:
                 ctl = self.controllers[name]
                 if self._state(ctl)[0] == "ready":
                     pending.discard(name)
-                    store = self._store(*ctl.parent.key)
-                    for parent in store.items() if store is not None else ():
-                        self._add(ctl, Key.of(parent), None)
+                    self._queue_all(ctl)
             if pending:
                 self._stop.wait(0.2)
         self.started.set()
+
+    def _lead(self) -> None:
+        """Just took the Lease: every parent once. What this replica's watch saw while
+        another led started no run here, and that leader may have died before running it
+        (else it waits for the watcher to deliver it again, 35 s in a reviewer's failover)."""
+        for ctl in self.controllers.values():
+            if self._state(ctl)[0] == "ready":
+                self._queue_all(ctl)
+
+    def _queue_all(self, ctl: Controller) -> None:
+        store = self._store(*ctl.parent.key)
+        for parent in store.items() if store is not None else ():
+            self._add(ctl, Key.of(parent), None)
 
     # -- readiness -------------------------------------------------------------------
 

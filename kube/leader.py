@@ -178,12 +178,16 @@ class LeaderElector:
         self._thread = threading.Thread(target=renew, name="lease-renew", daemon=True)
         self._thread.start()
 
-    def campaign(self, stop: threading.Event) -> threading.Thread:
+    def campaign(self, stop: threading.Event,
+                 on_lead: Callable[[], Any] | None = None) -> threading.Thread:
         """Lead whenever this candidate can until ``stop`` is set, then release the lease.
         :attr:`is_leader` says at any moment whether it leads; after a loss it stands again
-        (for a process that does useful work as a follower too)."""
+        (for a process that does useful work as a follower too). ``on_lead`` is called each
+        time it starts to lead (client-go's ``OnStartedLeading``)."""
         def loop() -> None:
             while self.acquire(stop):
+                if on_lead is not None:
+                    on_lead()
                 lost = threading.Event()
                 self.hold(lost.set)
                 while not (lost.is_set() or stop.wait(self.retry_period)):

@@ -81,12 +81,15 @@ def test_a_campaign_stands_again_after_a_loss_and_hands_the_lease_back_when_stop
     can; stopping it releases the lease."""
     a = elector(local_kube, "a")
     stop = threading.Event()
-    campaign = a.campaign(stop)
+    led: list[bool] = []
+    campaign = a.campaign(stop, on_lead=lambda: led.append(a.is_leader))
     assert wait_until(lambda: a.is_leader, 5) and holder(local_kube) == "a"
+    assert wait_until(lambda: led == [True], 5)  # each start of leading is announced
     local_kube.set_unavailable(True)
     assert wait_until(lambda: not a.is_leader, 5)  # past the renew deadline
     local_kube.set_unavailable(False)
     assert wait_until(lambda: a.is_leader, 10)  # stood again, and its own lease was free
+    assert wait_until(lambda: led == [True, True], 5)
     assert campaign.is_alive()
     stop.set()
     campaign.join(5)

@@ -95,9 +95,8 @@ class KubeWriter:
         same 422 or 403 again (a reviewer counted 22 in three minutes for one immutable
         field); its retries with backoff still ask once it is older."""
         slot = _slot(obj)
-        memo = (verb, *slot, _digest(obj)) if verb else None
-        if memo is not None:
-            refused = self._refused.get(memo)
+        if verb and len(self._refused):  # (the body's digest only while any is refused)
+            refused = self._refused.get((verb, *slot, _digest(obj)))
             if refused is not None and refused[0] > time.monotonic():
                 raise refused[1]
         with self._lock:
@@ -106,8 +105,9 @@ class KubeWriter:
             yield
         except (errors.Invalid, errors.Forbidden, errors.Conflict) as exc:
             # a field conflict of an apply is a refusal; a replace's 409 is a race
-            if memo is not None and (verb == "apply" or not isinstance(exc, errors.Conflict)):
-                self._refused.put(memo, (time.monotonic() + REFUSAL_TTL, exc))
+            if verb and (verb == "apply" or not isinstance(exc, errors.Conflict)):
+                self._refused.put((verb, *slot, _digest(obj)),
+                                  (time.monotonic() + REFUSAL_TTL, exc))
             raise
         finally:
             with self._lock:

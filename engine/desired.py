@@ -178,7 +178,10 @@ class Desired:
       for a Job, a periodic check); failures are retried with backoff anyway;
     * ``done`` (finalize only): True once cleanup is complete; the engine then removes the
       finalizer and the API server deletes the parent;
-    * ``summary``: the run's line in the log (default: the Outcome's counts).
+    * ``summary``: the run's line in the log (default: the Outcome's counts);
+    * ``status_seen_before_writes``: the status describes the children as they were before
+      this run's writes (by default: when it is a value, not a function), so a run that
+      wrote is followed by one that sees what it wrote (its own echoes start none).
     """
 
     children: Iterable[Child | Obj] = ()
@@ -189,6 +192,7 @@ class Desired:
     prune: bool = True
     done: bool = True
     summary: str | None = None
+    status_seen_before_writes: bool | None = None
 
     def child_list(self) -> list[Child]:
         return [c if isinstance(c, Child) else Child(c) for c in self.children]

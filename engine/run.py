@@ -128,8 +128,10 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry,
                        unsettled=bool(outcome.conflicts or outcome.errors),
-                       status_before_writes=bool(outcome.writes) and isinstance(
-                           desired.status, dict))
+                       status_before_writes=bool(outcome.writes) and (
+                           isinstance(desired.status, dict)
+                           if desired.status_seen_before_writes is None
+                           else desired.status_seen_before_writes))
     status = desired.status_for(outcome)
     overtaken = False
     if pipeline is not None:

@@ -97,6 +97,9 @@ def desired(result: Plan, observed: Observed) -> Desired:
         children=children, prune=result.children is not None,
         status=(lambda outcome: with_outcome(result.status, outcome))
         if result.status is not None else None,
+        # decided from the children as the cache held them before this run's writes (a
+        # CronJob it creates is "not scheduled" yet): the run after its writes says more
+        status_seen_before_writes=True,
         events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
                 for kind, reason, message in result.events],
         delete=list(result.deletions),

@@ -14,8 +14,6 @@ handler (or a change made meanwhile, which has another version) still sees it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from collections import Counter
@@ -28,6 +26,7 @@ from eventop.engine.desired import Note
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache
+from eventop.kube.objects import content_hash
 from eventop.kube.recent import Recent
 
 Obj = dict[str, Any]
@@ -96,7 +95,7 @@ class KubeWriter:
         field); its retries with backoff still ask once it is older."""
         slot = _slot(obj)
         if verb and len(self._refused):  # (the body's digest only while any is refused)
-            refused = self._refused.get((verb, *slot, _digest(obj)))
+            refused = self._refused.get((verb, *slot, content_hash(obj)))
             if refused is not None and refused[0] > time.monotonic():
                 raise refused[1]
         with self._lock:
@@ -106,7 +105,7 @@ class KubeWriter:
         except (errors.Invalid, errors.Forbidden, errors.Conflict) as exc:
             # a field conflict of an apply is a refusal; a replace's 409 is a race
             if verb and (verb == "apply" or not isinstance(exc, errors.Conflict)):
-                self._refused.put((verb, *slot, _digest(obj)),
+                self._refused.put((verb, *slot, content_hash(obj)),
                                   (time.monotonic() + REFUSAL_TTL, exc))
             raise
         finally:
@@ -236,7 +235,3 @@ def applied_before(obj: Obj | None) -> bool:
     """Has the engine applied this object before (its applied-hash annotation)?"""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return APPLIED_ANNOTATION in annotations
-
-
-def _digest(obj: Obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

@@ -12,8 +12,6 @@ Pure: no I/O. The rules every handler gets for free:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,7 +24,7 @@ from eventop.engine.controller import (
 )
 from eventop.engine.desired import Child, Conflict, Desired
 from eventop.engine.reads import Reads
-from eventop.kube.objects import owner_reference
+from eventop.kube.objects import content_hash, owner_reference
 
 Obj = dict[str, Any]
 Verb = Literal["create", "apply", "replace", "recreate", "delete"]
@@ -166,8 +164,7 @@ def prepare(child: Child, parent: Obj, ctl: Controller | None = None) -> Obj:
 
 def applied_hash(body: Obj) -> str:
     """A short, stable digest of a body to apply (its keys in any order)."""
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return content_hash(body)[:16]
 
 
 def _annotated(obj: Obj) -> str | None:

@@ -94,7 +94,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         if deleting:
             return RunResult(key, f"{ctl.parent.kind} {key} is being deleted; removed the "
                                   f"finalizer {stale}, which {ctl.name} no longer handles")
-        meta, reads.parent = parent["metadata"], parent
+        reads.parent = parent
     if deleting and not (finalizer and finalizer in finalizers):
         return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
     if deleting and pipeline is not None:

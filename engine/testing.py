@@ -276,9 +276,6 @@ def _merge(base: Obj, patch: Obj) -> Obj:
     return base
 
 
-__all__ = ["World"]
-
-
 def _slot_of(obj: Obj) -> tuple[str, str, str, str]:
     meta = obj["metadata"]
     return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
@@ -292,3 +289,6 @@ def _drop_unnamed(current: Obj, before: Obj, now: Obj) -> None:
         elif isinstance(old, dict) and isinstance(now[key], dict) \
                 and isinstance(current.get(key), dict):
             _drop_unnamed(current[key], old, now[key])
+
+
+__all__ = ["World"]

@@ -461,4 +461,3 @@ class Kube:
     def ping(self) -> None:
         """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""
         self.request("GET", "/version", verb="version", timeout=(2.0, 3.0))
-

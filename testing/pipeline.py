@@ -67,8 +67,7 @@ class Pipeline:
                         "EVENTOP_LOG_LEVEL") or "INFO").upper() in ("DEBUG", "INFO"))
             except BaseException:  # (its error says what the watcher's log ended with)
                 self.router.stop(keep_log=True)
-                if self._own_dir:
-                    shutil.rmtree(self.log_dir, ignore_errors=True)
+                self._discard_own_logs()
                 raise
 
     @property
@@ -121,8 +120,12 @@ class Pipeline:
                 self.watcher.stop(keep_log=True)
         finally:
             self.router.stop(keep_log=True)
-            if self._own_dir:
-                shutil.rmtree(self.log_dir, ignore_errors=True)
+            self._discard_own_logs()
+
+    def _discard_own_logs(self) -> None:
+        """Remove the log directory this pipeline made itself (not one it was given)."""
+        if self._own_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> Pipeline:
         return self

@@ -89,9 +89,9 @@ class KubeWriter:
     @contextmanager
     def _write(self, obj: Obj, verb: str = "") -> Iterator[None]:
         """A write of ``obj`` under way. With ``verb``, the very write (same body) the API
-        server refused less than :data:`REFUSAL_TTL` ago is refused again without asking:
-        every event about a child or its parent runs the parent, and each run would send the
-        same 422 or 403 again (a reviewer counted 22 in three minutes for one immutable
+        server found invalid (422) less than :data:`REFUSAL_TTL` ago is refused again without
+        asking: every event about a child or its parent runs the parent, and each run would
+        send the same 422 again (a reviewer counted 22 in three minutes for one immutable
         field); its retries with backoff still ask once it is older."""
         slot = _slot(obj)
         if verb and len(self._refused):  # (the body's digest only while any is refused)
@@ -102,9 +102,11 @@ class KubeWriter:
             self._writing[slot] += 1
         try:
             yield
-        except (errors.Invalid, errors.Forbidden, errors.Conflict) as exc:
-            # a field conflict of an apply is a refusal; a replace's 409 is a race
-            if verb and (verb == "apply" or not isinstance(exc, errors.Conflict)):
+        except errors.Invalid as exc:
+            # Only a body the API server found invalid (422) is refused the same way again;
+            # a 403 or 409 can pass a moment later (a kube-apiserver that just restarted
+            # answers 403 until its RBAC cache is filled: remembered, a change was lost).
+            if verb:
                 self._refused.put((verb, *slot, content_hash(obj)),
                                   (time.monotonic() + REFUSAL_TTL, exc))
             raise

@@ -160,6 +160,17 @@ class KubeWriter:
                 store.forget_deleted(obj)
             self.echoes.mark(obj, deleted=True)
 
+    def patch(self, obj: Obj, resource_version: str) -> Obj:
+        """A JSON merge patch of ``obj``'s fields into version ``resource_version`` of an
+        object someone else made (``Desired.patch``)."""
+        meta = obj["metadata"]
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        body["metadata"] = {**{k: v for k, v in meta.items() if k in ("labels", "annotations")},
+                            "resourceVersion": resource_version}
+        with self._write(obj, "patch"):
+            return self._wrote(self.kube.patch(obj["apiVersion"], obj["kind"], meta["name"],
+                                               meta.get("namespace"), body))
+
     def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None:
         """``obj`` as it is after a write of it was refused with 409 (a create finding the
         name taken: ``tried`` None; an update of version ``tried`` finding a newer one).

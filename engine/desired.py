@@ -174,6 +174,11 @@ class Desired:
       them; posted only by a run that changed the status (so a stuck state does not post an
       Event per event), or every time when ``status`` is None or the Note says ``every_run``;
     * ``delete``: objects to delete (uid precondition), owned or labelled as this parent's;
+    * ``patch``: fields to set in objects this parent neither owns nor made (a
+      PersistentVolume's reclaim policy): each a partial object (apiVersion, kind,
+      metadata.name, the fields), merge-patched under the handler's field manager with a
+      resourceVersion precondition, and only when the cached object does not hold them yet.
+      A missing object is not created. Its kind must be among the controller's ``reads``;
     * ``requeue_after``: run again after this many seconds even if nothing changes (waiting
       for a Job, a periodic check); failures are retried with backoff anyway;
     * ``done`` (finalize only): True once cleanup is complete; the engine then removes the
@@ -188,6 +193,7 @@ class Desired:
     status: Obj | StatusFn | None = None
     events: Iterable[Note] | NotesFn = ()
     delete: Iterable[Obj] = ()
+    patch: Iterable[Obj] = ()
     requeue_after: float | None = None
     prune: bool = True
     done: bool = True

@@ -7,6 +7,8 @@ Pure: no I/O. The rules every handler gets for free:
   written, reported (unless the controller's ``adopts`` function takes it over);
 * an owned child that differs is **applied**, **replaced** or **recreated** (its ``mode``);
 * owned children no longer wanted are **deleted** (uid precondition);
+* an object the parent does not own is written only by an explicit ``patch`` of the fields
+  it names, and only where they differ;
 * nothing is written into a namespace being deleted, nor into an object being deleted.
 """
 
@@ -27,7 +29,7 @@ from eventop.engine.reads import Reads
 from eventop.kube.objects import content_hash, owner_reference
 
 Obj = dict[str, Any]
-Verb = Literal["create", "apply", "replace", "recreate", "delete"]
+Verb = Literal["create", "apply", "replace", "recreate", "delete", "patch"]
 
 _NOT_CONTENT = frozenset({"apiVersion", "kind", "metadata", "status"})
 
@@ -136,7 +138,36 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
                                              "not deleted: not managed by this parent"))
             continue
         result.actions.append(Action("delete", obj["kind"], ns, meta["name"], None, current))
+    for obj in desired.patch:
+        _plan_patch(ctl, obj, reads, result)
     return result
+
+
+def _plan_patch(ctl: Controller, obj: Obj, reads: Reads, result: Plan) -> None:
+    """A patch of an object someone else made, if the cache shows it does not hold the
+    fields yet (a missing or departing object is left alone: nothing to keep it from)."""
+    meta = obj.get("metadata") or {}
+    if not (obj.get("apiVersion") and obj.get("kind") and meta.get("name")):
+        raise ValueError(f"{ctl.name}: a patch needs apiVersion, kind and metadata.name, got "
+                         f"{obj!r}")
+    if not any(k.key == (obj["apiVersion"], obj["kind"]) for k in ctl.reads):
+        raise ValueError(f"handler {ctl.name!r} patches {obj['apiVersion']}/{obj['kind']}, "
+                         "which it does not declare: add it to reads=[...]")
+    ns = meta.get("namespace") or ""
+    current = reads.get((obj["apiVersion"], obj["kind"]), meta["name"], ns or None)
+    if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    fields = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    wanted_meta = {k: v for k, v in meta.items() if k in ("labels", "annotations")}
+    if wanted_meta:
+        fields["metadata"] = wanted_meta
+    if contains(current, fields):
+        result.unchanged.append(current)
+        return
+    body = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], **fields,
+            "metadata": {**wanted_meta, "name": meta["name"],
+                         **({"namespace": ns} if ns else {})}}
+    result.actions.append(Action("patch", obj["kind"], ns, meta["name"], body, current))
 
 
 def prepare(child: Child, parent: Obj, ctl: Controller | None = None) -> Obj:

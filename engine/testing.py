@@ -232,6 +232,18 @@ class _WorldWriter:
         meta = obj["metadata"]
         self.world.delete((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
 
+    def patch(self, obj: Obj, resource_version: str) -> Obj:
+        current = self._current(obj)
+        if current is None:
+            raise errors.NotFound(f"{obj['kind']} {obj['metadata']['name']} not found")
+        if resource_version != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict("the object has been modified", reason="Conflict")
+        self._log("patch", obj)
+        fields = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        meta = {k: v for k, v in obj["metadata"].items() if k in ("labels", "annotations")}
+        return self.world._store_obj(_merge(copy.deepcopy(current),
+                                            copy.deepcopy({**fields, "metadata": meta})))
+
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None:
         found = self.world.get((api_version, kind), name, namespace)
         return copy.deepcopy(found) if found else None

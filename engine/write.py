@@ -40,6 +40,7 @@ class Writer(Protocol):
     def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj: ...
     def replace(self, obj: Obj) -> Obj: ...
     def delete(self, obj: Obj) -> None: ...
+    def patch(self, obj: Obj, resource_version: str) -> Obj: ...
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None: ...
     def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None: ...
     def patch_status(self, parent: Obj, status: Obj) -> Obj: ...
@@ -254,6 +255,8 @@ def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
             return "deleted", action.existing
         if action.verb == "create":
             return _create(action, writer, parent_uid)
+        if action.verb == "patch":
+            return "updated", _patch(action, writer)
         if action.verb == "recreate":
             assert action.desired is not None
             _delete(action, writer)
@@ -280,6 +283,17 @@ def _delete(action: Action, writer: Writer) -> None:
     except errors.Conflict as exc:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} changed since it "
                          f"was read: not deleted ({exc})") from exc
+
+
+def _patch(action: Action, writer: Writer) -> Obj:
+    """Merge-patch the fields into exactly the version the plan saw (resourceVersion
+    precondition): changed since, the run is repeated on the newer version."""
+    assert action.desired is not None and action.existing is not None
+    try:
+        return writer.patch(action.desired, str(action.existing["metadata"]["resourceVersion"]))
+    except errors.Conflict as exc:
+        raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} changed since it "
+                         f"was read: not patched ({exc})") from exc
 
 
 def _create(action: Action, writer: Writer, parent_uid: str,

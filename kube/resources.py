@@ -68,6 +68,7 @@ BUILTIN: tuple[Resource, ...] = (
     _r("v1", "Secret", "secrets"),
     _r("v1", "Service", "services"),
     _r("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    _r("v1", "PersistentVolume", "persistentvolumes", namespaced=False),
     _r("v1", "Event", "events"),
     _r("v1", "Pod", "pods"),
     _r("v1", "ServiceAccount", "serviceaccounts"),

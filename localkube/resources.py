@@ -83,6 +83,8 @@ def builtin_types() -> list[ResourceType]:
         _b("v1", "Service", "services", status=True, short=("svc",), categories=("all",)),
         _b("v1", "PersistentVolumeClaim", "persistentvolumeclaims", status=True,
            short=("pvc",)),
+        _b("v1", "PersistentVolume", "persistentvolumes", namespaced=False, status=True,
+           short=("pv",)),
         _b("v1", "Event", "events", short=("ev",)),
         _b("v1", "Pod", "pods", status=True, short=("po",), categories=("all",)),
         _b("v1", "ServiceAccount", "serviceaccounts", short=("sa",)),

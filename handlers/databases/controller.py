@@ -27,7 +27,7 @@ from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Read
 from eventop.handlers.databases import lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
-from eventop.handlers.databases.observe import Observed
+from eventop.handlers.databases.observe import Observed, bound_volumes
 from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
 from eventop.handlers.databases.workload import APP_NAME
 from eventop.handlers.registry import Registry
@@ -56,6 +56,9 @@ databases = Controller(
     owns=["v1/Secret", "v1/ConfigMap", _ours("v1/Service"), _ours("v1/PersistentVolumeClaim"),
           _ours("apps/v1/StatefulSet"), _ours("batch/v1/Job"), _ours("batch/v1/CronJob"),
           SNAPSHOT],
+    # A namespace being deleted takes the data volumes with it, and nothing can be created
+    # in it (no snapshot, no backup Job): their PersistentVolumes are set to Retain instead.
+    reads=["v1/Namespace", "v1/PersistentVolume"],
     finalizer=FINALIZER,
     registry=registry,
     module=__name__,
@@ -84,7 +87,14 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
             **instance, "app.kubernetes.io/component": "server"}),
         snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
         else None,
+        volumes=bound_volumes(reads.list("v1/PersistentVolume"), ns, names),
+        namespace_terminating=_terminating(reads.get("v1/Namespace", ns)),
     )
+
+
+def _terminating(namespace: Obj | None) -> bool:
+    return bool(namespace and ((namespace.get("metadata") or {}).get("deletionTimestamp")
+                               or (namespace.get("status") or {}).get("phase") == "Terminating"))
 
 
 def desired(result: Plan, observed: Observed) -> Desired:
@@ -102,7 +112,7 @@ def desired(result: Plan, observed: Observed) -> Desired:
         status_seen_before_writes=True,
         events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
                 for kind, reason, message in result.events],
-        delete=list(result.deletions),
+        delete=list(result.deletions), patch=list(result.patches),
         requeue_after=result.requeue_after, done=result.finalize)
 
 

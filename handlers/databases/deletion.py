@@ -20,6 +20,13 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
 * ``Snapshot`` without the snapshot API: a final backup Job (``pg_dumpall`` on the running
   image) writes to the backup volume while the server still runs; then as with Delete. A
   failed or timed-out backup (the Job's deadline) is reported the same way.
+* Its **namespace being deleted** (``Snapshot`` or ``Retain``): the namespace controller
+  deletes the data volumes' claims with everything else, and the API server creates nothing
+  in a terminating namespace: no snapshot, no backup Job, not even an Event. What can keep
+  the data is the volumes themselves: each data volume's PersistentVolume (found by its
+  ``claimRef``, so even once its claim is gone) is set to ``persistentVolumeReclaimPolicy:
+  Retain`` before the Database goes; it then outlives its claim, ``Released``, data and all.
+  ``Delete`` deletes as usual.
 
 Stopping the servers: each StatefulSet is scaled to zero and the handler waits until its
 controller reports no pod left (PostgreSQL shuts down cleanly on the pod's SIGTERM, writing
@@ -73,19 +80,21 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
         elif step.finalize:
             deletions = [*deletions, observed.secret]
     return Plan(children=step.children, status=new, kept=kept, deletions=deletions,
-                events=events + step.events, finalize=step.finalize,
+                patches=step.patches, events=events + step.events, finalize=step.finalize,
                 requeue_after=None if step.finalize else step.requeue_after)
 
 
 class _Step:
     def __init__(self, condition: Condition, *, children: list[Obj] | None = None,
                  kept: list[Obj] | None = None, deletions: list[Obj] | None = None,
-                 finalize: bool = False, events: list[Event] | None = None,
+                 patches: list[Obj] | None = None, finalize: bool = False,
+                 events: list[Event] | None = None,
                  requeue_after: float | None = POLL) -> None:
         self.condition = condition
         self.children = children or []
         self.kept = kept or []
         self.deletions = deletions or []
+        self.patches = patches or []
         self.finalize = finalize
         self.events = events or []
         self.requeue_after = requeue_after
@@ -101,6 +110,8 @@ def _kept_secret(spec: DatabaseSpec, secret: Obj) -> Obj:
 def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
            facts: Facts) -> _Step:
     policy = spec.deletion_policy
+    if observed.namespace_terminating and policy != "Delete":
+        return _keep_volumes(db, policy, observed)
     if policy == "Retain":
         volumes = ", ".join(observe.pvc_names(observed)) or "none"
         return _Step(("True", "Retained", f"data volumes kept: {volumes}"), finalize=True,
@@ -127,6 +138,31 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     step.children = done
     step.deletions = stopped + step.deletions
     return step
+
+
+def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
+    """The namespace is going, data volume claims included, and nothing can be created in
+    it: the data volumes' PersistentVolumes are set to Retain, then the Database goes."""
+    ns = db["metadata"]["namespace"]
+    volumes = ", ".join(pv["metadata"]["name"] for pv in observed.volumes)
+    changing = [pv for pv in observed.volumes
+                if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Retain"]
+    why = (f"namespace {ns} is being deleted, with the data volumes' claims, and nothing can "
+           f"be created in it (deletionPolicy {policy}: no snapshot or backup)")
+    if changing:
+        return _Step(("True", "RetainingVolumes", f"{why}; setting the PersistentVolumes of "
+                      f"the data volumes to reclaim policy Retain: {volumes}"),
+                     patches=[{"apiVersion": "v1", "kind": "PersistentVolume",
+                               "metadata": {"name": pv["metadata"]["name"]},
+                               "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
+                              for pv in changing])
+    if not observed.volumes:
+        kept = ("no data volume was bound to a PersistentVolume: there is no data to keep")
+    else:
+        kept = (f"the data stays on PersistentVolumes {volumes} (reclaim policy Retain, "
+                "Released once their claims are gone): bind a new claim to one to read it")
+    return _Step(("True", "VolumesRetained", f"{why}; {kept}"), finalize=True,
+                 events=[("Warning", "NamespaceDeleted", f"{why}; {kept}")])
 
 
 def _stop_servers(spec: DatabaseSpec, observed: Observed) -> _Step | None:

@@ -53,14 +53,16 @@ class Plan:
     can not be acted on); ``kept`` are applied without an owner, so they outlive it (the
     backup volume, snapshots, and the credentials Secret, which Retain and Snapshot keep:
     the kept data opens with its passwords; Delete deletes it explicitly);
-    ``deletions`` are deleted explicitly; ``finalize`` lets a
-    Database being deleted go (its finalizer removed).
+    ``deletions`` are deleted explicitly; ``patches`` set fields in objects it did not make
+    (its PersistentVolumes' reclaim policy); ``finalize`` lets a Database being deleted go
+    (its finalizer removed).
     """
 
     children: list[Obj] | None
     status: Obj
     kept: list[Obj] = field(default_factory=list)
     deletions: list[Obj] = field(default_factory=list)
+    patches: list[Obj] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     finalize: bool = False
     requeue_after: float | None = None

@@ -25,7 +25,9 @@ class Observed:
     """A Database's children as they are now.
 
     ``snapshots`` is None when the API server does not serve ``snapshot.storage.k8s.io/v1``
-    (deletion then takes a final backup instead).
+    (deletion then takes a final backup instead). ``volumes`` are the PersistentVolumes
+    bound to its data volumes (their ``claimRef``), there even once the claims are gone;
+    ``namespace_terminating``: its namespace is being deleted.
     """
 
     now: datetime
@@ -35,6 +37,8 @@ class Observed:
     cronjob: Obj | None = None
     data_pvcs: list[Obj] = field(default_factory=list)
     snapshots: list[Obj] | None = None
+    volumes: list[Obj] = field(default_factory=list)
+    namespace_terminating: bool = False
 
     def statefulset(self, major: int) -> Obj | None:
         for sts in self.statefulsets:
@@ -182,6 +186,24 @@ def snapshot_state(snapshot: Obj | None, now: datetime, timeout: float) -> tuple
     if created is not None and (now - created).total_seconds() > timeout:
         return "TimedOut", f"not ready after {int(timeout // 60)} minutes"
     return "Pending", ""
+
+
+def is_data_claim(claim: str, names: Names) -> bool:
+    """``data-<base>-pg<major>-<ordinal>``: the name the StatefulSets give its data volumes."""
+    rest = claim.removeprefix(f"data-{names.base}-pg")
+    major, _, ordinal = rest.partition("-")
+    return rest != claim and major.isdigit() and ordinal.isdigit()
+
+
+def bound_volumes(volumes: list[Obj], namespace: str, names: Names) -> list[Obj]:
+    """The PersistentVolumes whose claim is one of this Database's data volumes."""
+    found = []
+    for pv in volumes:
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        if ref.get("namespace") == namespace and is_data_claim(str(ref.get("name") or ""),
+                                                               names):
+            found.append(pv)
+    return sorted(found, key=lambda pv: pv["metadata"]["name"])
 
 
 def pvc_names(observed: Observed) -> list[str]:

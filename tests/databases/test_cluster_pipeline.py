@@ -135,3 +135,47 @@ def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final
         return answers[-1].status_code == 200
     assert wait_until(ready, 30), answers[-1].text  # an optional API never holds it back
     lives.delete_with_a_final_backup(life)
+
+
+def test_a_deleted_namespace_keeps_the_data_on_retained_volumes_unless_the_policy_deletes(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    """The namespace controller deletes the data volumes' claims with everything else, and
+    nothing (no snapshot, no backup Job, no Event) can be created in a terminating
+    namespace: a Snapshot (the default) or Retain Database sets its volumes'
+    PersistentVolumes to Retain before it goes; a Delete one leaves them be. The namespace
+    then finishes deleting: nothing holds it."""
+    _pipe, ns = with_snapshot_api
+    play = Components(cluster, real=True, timeout=TIMEOUT)
+    lifes = {policy: Life(cluster, play, ns, name, TIMEOUT) for policy, name in
+             (("Snapshot", "orders"), ("Retain", "keep"), ("Delete", "scratch"))}
+    volumes = {}
+    try:
+        for policy, life in lifes.items():
+            life.create(version="16", deletionPolicy=policy)
+            claim = f"data-{life.names.statefulset(16)}-0"
+            # no provisioner here: a CSI volume, bound to the claim by its claimRef
+            volumes[policy] = cluster.put({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": f"pv-{ns}-{life.name}"},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": "Delete",
+                         "csi": {"driver": "disk.csi.example.com",
+                                 "volumeHandle": f"{ns}-{life.name}"},
+                         "claimRef": {"namespace": ns, "name": claim}}})["metadata"]["name"]
+        for life in lifes.values():
+            life.object("apps/v1/StatefulSet", life.names.statefulset(16))
+            play.servers_ready(life.names.statefulset(16), ns)
+            play.job_finished(life.names.init_job, ns)
+            life.status("Ready", lambda s: s["phase"] == "Ready")
+        cluster.kube.delete("v1", "Namespace", ns)
+        for life in lifes.values():
+            life.gone(DB, life.name)
+        assert cluster.wait_for(lambda: cluster.get("v1/Namespace", ns) is None, TIMEOUT,
+                                f"namespace {ns} deleted")
+        reclaim = {policy: cluster.get("v1/PersistentVolume", pv)["spec"][
+            "persistentVolumeReclaimPolicy"] for policy, pv in volumes.items()}
+        assert reclaim == {"Snapshot": "Retain", "Retain": "Retain", "Delete": "Delete"}
+    finally:
+        for pv in volumes.values():
+            with contextlib.suppress(KubeError):
+                cluster.kube.delete("v1", "PersistentVolume", pv)

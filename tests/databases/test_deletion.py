@@ -3,11 +3,14 @@ finalizer goes only once the data is where the policy says; failures keep the Da
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.databases.test_lifecycle import created
 from tests.databases.world import World, database
 
+Obj = dict[str, Any]
 KEPT_SECRET = ("Secret", "orders-credentials")
 BACKUPS = ("PersistentVolumeClaim", "orders-backups")
 DATA = ("PersistentVolumeClaim", "data-orders-pg16-0")
@@ -149,3 +152,61 @@ def test_a_database_that_never_had_data_goes_at_once() -> None:
     world.delete()
     world.converge()
     assert world.db is None
+
+
+def volume(name: str, claim: str, namespace: str = "shop", reclaim: str = "Delete") -> Obj:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"persistentVolumeReclaimPolicy": reclaim,
+                     "claimRef": {"namespace": namespace, "name": claim}}}
+
+
+@pytest.mark.parametrize("policy", ["Snapshot", "Retain"])
+def test_in_a_namespace_being_deleted_the_data_volumes_are_set_to_retain_then_it_goes(
+        policy: str) -> None:
+    """Nothing can be created in a terminating namespace (no snapshot, no backup Job) and
+    the namespace controller takes the claims: the PersistentVolumes keep the data."""
+    world = created(World(database(replicas=2, deletionPolicy=policy)))
+    for pv in (volume("pv-0", "data-orders-pg16-0"), volume("pv-1", "data-orders-pg16-1"),
+               volume("pv-kept", "data-orders-pg15-0", reclaim="Retain"),  # an old major's
+               volume("pv-other-db", "data-orders-archive-pg16-0"),
+               volume("pv-other-ns", "data-orders-pg16-0", namespace="shop-2")):
+        world.objects[world.key(pv)] = pv
+    world.terminating = True
+    world.delete()
+    first = world.reconcile()
+    assert world.db is not None
+    assert [p["metadata"]["name"] for p in first.patches] == ["pv-0", "pv-1"]
+    assert world.condition("Deleting")["reason"] == "RetainingVolumes"
+    assert not [o for o in first.kept if o["kind"] == "VolumeSnapshot"]
+    world.converge()
+    assert world.db is None
+    reclaim = {name: world.get("PersistentVolume", name)["spec"]["persistentVolumeReclaimPolicy"]
+               for name in world.names("PersistentVolume")}
+    assert reclaim == {"pv-0": "Retain", "pv-1": "Retain", "pv-kept": "Retain",
+                       "pv-other-db": "Delete", "pv-other-ns": "Delete"}
+    (message,) = [m for _, r, m in world.events if r == "NamespaceDeleted"]
+    assert "pv-0, pv-1, pv-kept" in message and "Retain" in message
+
+
+def test_in_a_namespace_being_deleted_delete_still_deletes() -> None:
+    world = created(World(database(deletionPolicy="Delete")))
+    world.objects[("PersistentVolume", "pv-0")] = volume("pv-0", "data-orders-pg16-0")
+    world.terminating = True
+    world.delete()
+    first = world.reconcile()
+    assert first.patches == []
+    servers_stopped(world)
+    world.converge()
+    assert world.db is None and DATA not in world.objects
+    assert world.get("PersistentVolume", "pv-0")["spec"]["persistentVolumeReclaimPolicy"] == \
+        "Delete"
+
+
+def test_in_a_namespace_being_deleted_no_bound_volume_means_nothing_to_keep() -> None:
+    world = created(World(database()))
+    world.terminating = True
+    world.delete()
+    world.converge()
+    assert world.db is None
+    (message,) = [m for _, r, m in world.events if r == "NamespaceDeleted"]
+    assert "no data volume was bound to a PersistentVolume" in message

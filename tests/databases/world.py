@@ -16,6 +16,8 @@ from typing import Any
 
 from eventop.handlers.databases import FINALIZER, Observed, plan
 from eventop.handlers.databases.lifecycle import Plan
+from eventop.handlers.databases.observe import bound_volumes
+from eventop.handlers.databases.spec import Names
 from eventop.handlers.databases.workload import MAJOR_LABEL
 
 Obj = dict[str, Any]
@@ -47,6 +49,7 @@ class World:
     def __init__(self, db: Obj, *, snapshot_api: bool = True) -> None:
         self.db: Obj | None = copy.deepcopy(db)
         self.snapshot_api = snapshot_api
+        self.terminating = False  # its namespace is being deleted
         self.now = START
         self.objects: dict[tuple[str, str], Obj] = {}
         self.owned: set[tuple[str, str]] = set()
@@ -74,7 +77,9 @@ class World:
             cronjob=next(iter(kind("CronJob")), None),
             data_pvcs=[p for p in kind("PersistentVolumeClaim")
                        if p["metadata"]["labels"].get("app.kubernetes.io/component") == "server"],
-            snapshots=kind("VolumeSnapshot") if self.snapshot_api else None)
+            snapshots=kind("VolumeSnapshot") if self.snapshot_api else None,
+            volumes=bound_volumes(kind("PersistentVolume"), "shop", Names.of(name)),
+            namespace_terminating=self.terminating)
 
     def reconcile(self) -> Plan:
         assert self.db is not None, "the Database is gone"
@@ -92,6 +97,11 @@ class World:
         for obj in result.deletions:
             self.objects.pop(self.key(obj), None)
             self.owned.discard(self.key(obj))
+        for obj in result.patches:  # (merged into what exists; nothing is created)
+            current = self.objects[self.key(obj)]
+            for field, value in obj.items():
+                if isinstance(value, dict) and field != "metadata":
+                    current[field] = {**current.get(field, {}), **value}
         self.db["status"] = copy.deepcopy(result.status)
         self.events += result.events
         if result.finalize:

@@ -192,3 +192,35 @@ def test_the_very_write_refused_moments_ago_is_refused_again_without_asking(
     with pytest.raises(Invalid):
         writer.apply(fourth, force=True, existing=created)
     assert local_kube.requests[start:]
+
+
+def test_a_patch_of_an_object_changed_since_the_cache_read_it_is_not_sent_and_is_retried(
+        kube: Kube) -> None:
+    """A patch of someone else's object (a PersistentVolume's reclaim policy) carries the
+    version it was planned from: changed meanwhile, it is refused and the run repeated;
+    on the current version it sets exactly its field."""
+    from eventop.engine.plan import Action, Plan
+    from eventop.engine.write import execute
+
+    read = kube.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                        "metadata": {"name": "pv-a"},
+                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                 "persistentVolumeReclaimPolicy": "Delete",
+                                 "csi": {"driver": "disk.csi.example.com", "volumeHandle": "a"}}})
+    changed = kube.patch("v1", "PersistentVolume", "pv-a", None,
+                         {"metadata": {"labels": {"tier": "gold"}}})
+    patch = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-a"},
+             "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    stale = execute(Plan([Action("patch", "PersistentVolume", "", "pv-a", patch, read)]),
+                    writer, {"metadata": {"uid": "db-uid"}})
+    assert stale.retry and [e.status for e in stale.errors] == [409]
+    assert kube.get("v1", "PersistentVolume", "pv-a")["spec"][
+        "persistentVolumeReclaimPolicy"] == "Delete"
+    done = execute(Plan([Action("patch", "PersistentVolume", "", "pv-a", patch, changed)]),
+                   writer, {"metadata": {"uid": "db-uid"}})
+    pv = kube.get("v1", "PersistentVolume", "pv-a")
+    assert [o["metadata"]["name"] for o in done.updated] == ["pv-a"]
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["metadata"]["labels"] == {"tier": "gold"}
+    assert pv["spec"]["csi"] == {"driver": "disk.csi.example.com", "volumeHandle": "a"}

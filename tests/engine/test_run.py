@@ -599,3 +599,46 @@ def test_a_parent_held_by_a_finalizer_the_handler_no_longer_handles_can_be_delet
     world = World([held])
     world.converge(teams_controller())
     assert not (world.get(TEAM, "b", "teams") or {}).get("metadata", {}).get("finalizers")
+
+
+def volume(reclaim: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-a"},
+            "spec": {"persistentVolumeReclaimPolicy": reclaim, "capacity": {"storage": "1Gi"}}}
+
+
+def retaining_controller(name: str = "pv-b", reads: tuple[str, ...] = ("v1/PersistentVolume",)
+                         ) -> Controller:
+    ctl = Controller("keeper", parent=TEAM, reads=list(reads), registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, r: Any) -> Desired:
+        return Desired(patch=[{"apiVersion": "v1", "kind": "PersistentVolume",
+                               "metadata": {"name": pv},
+                               "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
+                              for pv in ("pv-a", name)])
+    return ctl
+
+
+def test_a_patch_sets_only_its_fields_in_an_object_someone_else_made_and_only_once() -> None:
+    world = World([team("a", ["ann"]), volume("Delete")])
+    ctl = retaining_controller()
+    world.converge(ctl)
+    pv = world.get("v1/PersistentVolume", "pv-a")
+    assert pv["spec"] == {"persistentVolumeReclaimPolicy": "Retain",
+                          "capacity": {"storage": "1Gi"}}
+    assert not (pv["metadata"].get("ownerReferences") or pv["metadata"].get("labels"))
+    # patched once; the missing pv-b is not created
+    assert [w for w in world.writes if w[1] == "PersistentVolume"] == \
+        [("patch", "PersistentVolume", "", "pv-a")]
+    assert world.get("v1/PersistentVolume", "pv-b") is None
+    world.reconcile(ctl, "a", "teams")
+    assert [w for w in world.writes if w[1] == "PersistentVolume"] == \
+        [("patch", "PersistentVolume", "", "pv-a")]
+
+
+def test_a_patch_of_a_kind_the_controller_does_not_read_is_a_clear_error() -> None:
+    world = World([team("a", ["ann"]), volume("Delete")])
+    ctl = retaining_controller(reads=("v1/Namespace",))
+    with pytest.raises(ValueError, match="patches v1/PersistentVolume, which it does not "
+                                         r"declare: add it to reads=\[...\]"):
+        world.reconcile(ctl, "a", "teams")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from eventop.testing import wait_until
 from tests.install.rbac import KubeRecorder
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class DatabaseScenarios:
         self.life()
         self.policies()
         self.secret_made_by_another_router()
+        self.namespace_deleted()
 
     def life(self) -> None:
         self.database("orders", version="16.10")
@@ -151,3 +153,33 @@ class DatabaseScenarios:
         self.database("race", version="16")
         assert theirs, "the router made no Secret"
         assert self.get("v1", "Secret", "race-credentials")["data"]["password"] == "dGhlaXJz"
+
+    def namespace_deleted(self) -> None:
+        """Its namespace deleted, content and all: the data volume's PersistentVolume is
+        set to Retain (a patch of an object the router did not make) before it goes."""
+        ns, self.ns = self.ns, "rbac-db-gone"
+        try:
+            self.s.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}},
+                       change="add")
+            self.database("vault", version="16")
+            self.servers("vault-pg16")
+            self.local_kube.put({
+                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-vault"},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": "Delete",
+                         "csi": {"driver": "disk.csi.example.com", "volumeHandle": "vault"},
+                         "claimRef": {"namespace": self.ns, "name": "data-vault-pg16-0"}}})
+            self.local_kube.remove("v1", "Namespace", self.ns)
+            held = self.local_kube.get("eventop.dev/v1", "Database", "vault", self.ns)
+            assert held is not None, "the finalizer did not hold the Database"
+            self.s.post("update", held)
+
+            def retained_and_gone() -> bool:  # (the run after the patch lets it go)
+                pv = self.local_kube.get("v1", "PersistentVolume", "pv-vault", None)
+                return (pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and
+                        self.local_kube.get("eventop.dev/v1", "Database", "vault", self.ns)
+                        is None)
+            assert wait_until(retained_and_gone, 30), "the volume was not kept, or the " \
+                "Database not let go"
+        finally:
+            self.ns = ns

@@ -113,6 +113,9 @@ def _translate(err: jsonschema.ValidationError) -> list[Obj]:
         shown = show(got)
         return [cause("FieldValueInvalid", field, f"Invalid value: {shown}: {field} in body "
                                                   + phrase.format(want=want, shown=shown))]
+    if kw == "not":  # the real server names no field for it, and shows no value
+        return [cause("FieldValueInvalid", "<nil>",
+                      f'Invalid value: "": "{field}" must not validate the schema (not)')]
     if kw == "maxItems":
         return [cause("FieldValueTooMany", field,
                       f"Too many: {len(got)}: must have at most {want} items")]
@@ -155,4 +158,5 @@ class SchemaValidator:
         out: list[Obj] = []
         for err in self._validator.iter_errors(body):
             out.extend(_translate(err))
-        return sorted(out, key=lambda c: c["field"])
+        # (the real server lists a "not" failure, which names no field, after the others)
+        return sorted(out, key=lambda c: (c["field"] == "<nil>", c["field"]))

@@ -47,6 +47,24 @@ def test_several_errors_are_listed_together(k: Kube) -> None:
     assert "should have at least 1 items" in caught.value.message
 
 
+@pytest.mark.parametrize("name", ["postgres", "pg_monitor"])
+def test_a_value_a_not_schema_excludes_is_refused_as_the_real_server_words_it(
+        k: Kube, name: str) -> None:
+    """A reserved database name (``not: {anyOf: [enum, pattern]}``), with the message the
+    real v1.24 server gives (it names no field, and lists the failure after the others)."""
+    db = {"apiVersion": "eventop.dev/v1", "kind": "Database",
+          "metadata": {"name": "x", "namespace": "default"},
+          "spec": {"engine": "postgres", "version": "16", "storage": {"size": "1Gi"},
+                   "databaseName": name, "port": 5}}
+    with pytest.raises(errors.Invalid) as caught:
+        k.create(db)
+    assert caught.value.message == (
+        'Database.eventop.dev "x" is invalid: [spec.port: Invalid value: 5: spec.port in body '
+        'should be greater than or equal to 1024, <nil>: Invalid value: "": '
+        '"spec.databaseName" must not validate the schema (not)]')
+    k.create({**db, "spec": {**db["spec"], "databaseName": "orders", "port": 5432}})
+
+
 def test_schema_defaults_are_filled_and_unknown_fields_pruned(k: Kube) -> None:
     obj = k.create(_mirror({"upstream": "https://quay.io", "storage": {}, "bogus": 1}))
     assert obj["spec"] == {"upstream": "https://quay.io", "hostPort": 5000,

@@ -438,13 +438,43 @@ class Engine:
         if informer.matches(body) and not informer.wait_for(
                 rv, body, self.settings.cache_wait, deleted=deleted) \
                 and not (deleted and self._exists(ref)):
-            raise CacheBehind(f"the cache of {ref.kind} did not reach resourceVersion {rv} "
-                              f"within {self.settings.cache_wait:.0f}s; send the event again")
+            now = self._ahead_of_server(event, rv)
+            if now is None or not informer.wait_for(now[0], body, self.settings.cache_wait,
+                                                    deleted=now[1]):
+                raise CacheBehind(f"the cache of {ref.kind} did not reach resourceVersion "
+                                  f"{rv} within {self.settings.cache_wait:.0f}s; send the "
+                                  "event again")
+            rv, deleted = now
         store = informer.store
         held = store.get(ref.namespace, ref.name) if store is not None else None
         since = store.learned_at(held if held is not None else body, rv, deleted=deleted) \
             if store is not None and informer.matches(body) else None
         return (held if held is not None else body), since
+
+    def _ahead_of_server(self, event: Event, rv: str | None) -> tuple[str | None, bool] | None:
+        """An event whose version the API server has not even reached (a forged event, or one
+        from another cluster): the object's version as the API server holds it now, and
+        whether it is gone; the event is then run on that, as a Reference-mode event is. None
+        for a version the API server has reached: the cache is behind (a 503, sent again).
+        Without this, such an event would be answered 503 and sent again forever."""
+        ref = event.ref
+        assert ref is not None
+        wanted = rv_int(rv) if rv is not None else None
+        if wanted is None:
+            return None
+        page = self._by_name(ref.api_version, ref.kind, ref.namespace, ref.name)
+        server = rv_int(str((page.get("metadata") or {}).get("resourceVersion") or ""))
+        if server is None or server >= wanted:
+            return None
+        items = page.get("items") or []
+        current = str((items[0].get("metadata") or {}).get("resourceVersion") or "") or None \
+            if items else None
+        log.warning("event %s claims resourceVersion %s, which the API server has not reached "
+                    "(it is at %s): not a change of this cluster (forged, or sent to the wrong "
+                    "router); run on %s %s as it is now", event.id, rv, server, ref.kind,
+                    f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name,
+                    extra={"fields": {"id": event.id, "resourceVersion": rv}})
+        return current, not items
 
     def _exists(self, ref: Any) -> bool:
         """A delete the cache never sees: does the object (that uid) still exist? Then the
@@ -457,11 +487,15 @@ class Engine:
                    name: str) -> Obj | None:
         """An object's metadata, from the API server (a list by name: the router may list
         every kind it caches, it need not get them)."""
-        res = self.kube.resource(api_version, kind)
-        page = next(self.kube.pages(res, namespace, limit=1, metadata_only=True,
-                                    field_selector=name_selector(name)))
-        items = page["items"]
+        items = self._by_name(api_version, kind, namespace, name)["items"]
         return items[0].get("metadata") or {} if items else None
+
+    def _by_name(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj:
+        """A list of the one object of that name (metadata only): its item, if any, and the
+        API server's current resourceVersion."""
+        res = self.kube.resource(api_version, kind)
+        return dict(next(self.kube.pages(res, namespace, limit=1, metadata_only=True,
+                                         field_selector=name_selector(name))))
 
     def _parent_gone(self, ctl: Controller, key: Key, parent: Obj) -> bool:
         """A child was deleted: by a person (recreate it), or by the garbage collector

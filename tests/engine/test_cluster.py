@@ -87,7 +87,8 @@ def _answers(kube: Kube) -> bool:
 def test_a_reference_mode_event_of_a_quiet_kind_is_answered_on_a_real_api_server() -> None:
     """A Reference-mode event names an object, not a version. The cache must reach the
     object's own resourceVersion: the API server's newest one (other kinds changed since)
-    reaches the watch of a quiet kind only with a bookmark, and the event was a 503."""
+    reaches the watch of a quiet kind only with a bookmark, and the event was a 503. An
+    event ahead of the API server's newest version is run on the object as it is now."""
     from eventop.engine import Controller, Desired
     from eventop.engine.runtime import Engine, EngineSettings
     from eventop.handlers.events import Event
@@ -126,6 +127,16 @@ def test_a_reference_mode_event_of_a_quiet_kind_is_answered_on_a_real_api_server
             data={"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "name": name}))
         assert ticket.wait(30)
         assert runs == [name]
+        # An event claiming a version the API server has not reached (forged, or another
+        # cluster's): answered on the rule as it is now (unchanged since its last run: no
+        # run), not a 503 sent again forever.
+        runs.clear()
+        current = kube.get("eventop.dev/v1", "CopyRule", name)
+        ahead = {**current, "metadata": {**current["metadata"], "resourceVersion": str(
+            int(current["metadata"]["resourceVersion"]) + 10**6)}}
+        ticket, notes = engine.submit(Event.for_object("update", ahead))
+        assert ticket.wait(30)
+        assert runs == [] and notes == {"ref-mode": "only status or resourceVersion changed"}
     finally:
         engine.stop()
         kube.delete("v1", "Namespace", ns)

@@ -313,18 +313,38 @@ def test_a_parent_update_that_changes_only_its_status_costs_no_run(
     assert counting.runs == ["d", "d"]
 
 
-def test_an_event_newer_than_the_cache_waits_for_it_and_one_it_never_reaches_is_a_503(
+def test_an_event_the_cache_does_not_reach_is_a_503_to_send_again(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """A version the API server has written but the cache of the kind has not seen (here
+    a Secret's: no ConfigMap change will ever carry it, as a cache whose watch is stuck
+    would not see a real one): 503, the sender tries again."""
     obj = local_kube.put(cm("e", {"v": "1"}))
-    ahead = {**obj, "metadata": {**obj["metadata"], "name": "f",
-                                 "resourceVersion": str(int(obj["metadata"]["resourceVersion"])
-                                                        + 1000)}}
-    fast = EngineSettings(workers=1, cache_wait=0.5)
-    engine.settings = fast
+    other = local_kube.put({"apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": "s", "namespace": NS}})
+    unseen = {**obj, "metadata": {**obj["metadata"],
+                                  "resourceVersion": other["metadata"]["resourceVersion"]}}
+    engine.settings = EngineSettings(workers=1, cache_wait=0.5)
     with pytest.raises(CacheBehind, match="did not reach resourceVersion"):
-        engine.submit(Event.for_object("add", ahead))
+        engine.submit(Event.for_object("update", unseen))
     assert submit(engine, "add", obj).wait(20)  # the cache has this one: runs
     assert counting.runs == ["e"]
+
+
+def test_an_event_ahead_of_the_api_server_runs_on_the_object_as_it_is_now(
+        engine: Engine, local_kube: Any, counting: Counting,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A version the API server has not even reached (forged, or another cluster's): no
+    wait would ever end, and a 503 would be sent again forever; it is run on the current
+    object instead, with a warning."""
+    obj = local_kube.put(cm("f", {"v": "1"}))
+    ahead = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(
+        int(obj["metadata"]["resourceVersion"]) + 1000)}}
+    gone = {**ahead, "metadata": {**ahead["metadata"], "name": "never-made"}}
+    engine.settings = EngineSettings(workers=1, cache_wait=0.5)
+    assert submit(engine, "update", ahead).wait(20)
+    assert submit(engine, "add", gone).wait(20)
+    assert counting.runs == ["f"]  # (and no run of an object that does not exist)
+    assert "which the API server has not reached" in caplog.text
 
 
 def test_an_event_with_a_resource_version_no_api_server_writes_waits_for_the_current_one(

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from eventop.names import is_dns_label, is_dns_subdomain
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
@@ -132,19 +133,6 @@ def http_url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, not {text!r}")
     return str(text).strip()
-
-
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def is_dns_label(text: str) -> bool:
-    """An RFC 1123 label, what a namespace's name must be."""
-    return len(text) <= 63 and _LABEL.fullmatch(text) is not None
-
-
-def is_dns_subdomain(text: str) -> bool:
-    """An RFC 1123 subdomain, what most objects' names must be (a Lease's, a ConfigMap's)."""
-    return len(text) <= 253 and all(_LABEL.fullmatch(part) for part in text.split("."))
 
 
 NAMESPACE_RULE = ("a namespace name: lower case letters, digits and '-', at most 63, starting and "

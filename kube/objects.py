@@ -8,6 +8,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from eventop.names import is_dns_subdomain
+
 Obj = dict[str, Any]
 
 MANAGED_BY = "eventop"
@@ -201,9 +203,6 @@ def selector_matches(selector: Obj | None, labels: dict[str, str] | None) -> boo
     return True
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 def label_selector_problems(selector: Obj | None) -> list[str]:
     """What the API server's label selector parser would refuse in a metav1.LabelSelector
     (a key or value no label can have, ``In`` without values, ``Exists`` with values, an
@@ -231,7 +230,7 @@ def label_selector_problems(selector: Obj | None) -> list[str]:
 def _label_key_problems(key: str) -> list[str]:
     prefix, _, name = key.rpartition("/")
     if not name or len(name) > 63 or not LABEL_VALUE.match(name) or (
-            prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) \
+            prefix and not is_dns_subdomain(prefix)) \
             or key.startswith("/"):
         return [f"{key!r} is not a label key (an optional DNS prefix and '/', then at most 63 "
                 "letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"]

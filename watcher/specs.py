@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from eventop.cli import NAMESPACE_RULE, is_dns_label
+from eventop.cli import NAMESPACE_RULE
 from eventop.kube import Kube
 from eventop.kube.reflector import Watched, watch_string
 from eventop.kube.resources import Resource, ResourceTable
+from eventop.names import is_dns_label
 
 if TYPE_CHECKING:
     from eventop.handlers.registry import Registry

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-from argparse import ArgumentTypeError
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,24 +20,24 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from eventop.cli import boolean
 from eventop.engine.apiserver import MAX_REMEMBERED, Echoes, KubeWriter
+from eventop.engine.catchup import CacheBehind, CatchUp
 from eventop.engine.controller import Controller
 from eventop.engine.desired import Conflict
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
 from eventop.engine.reads import Reads
 from eventop.engine.run import Pipeline, run
+from eventop.engine.settings import EngineSettings
 from eventop.engine.write import InFlight
 from eventop.handlers.events import Event
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
-from eventop.kube.objects import name_selector
 from eventop.kube.recent import Recent
 from eventop.kube.resources import is_custom
-from eventop.kube.store import Store, rv_int
+from eventop.kube.store import Store
 
 log = logging.getLogger("eventop.engine")
 
@@ -59,70 +57,6 @@ ROUTER_LEASE = "eventop-router"
 
 #: Runs in a row that one run's writes may start for its status (see ``Engine._work``).
 MAX_FOLLOWUPS = 3
-
-
-class CacheBehind(errors.Unavailable):
-    """The cache did not catch up with an event in time: the event is answered 503."""
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    workers: int = 8
-    #: Parallel writes of one run (a fan-out to 1,000 namespaces), shared by all runs.
-    write_concurrency: int = 32
-    #: How long an event waits for the cache to reach its resourceVersion before 503.
-    cache_wait: float = 10.0
-    #: How long an event waits for its runs before 503 (the runs go on).
-    answer_wait: float = 45.0
-    #: Runs of one parent at once: one computing, the others' writes in flight.
-    pipeline_depth: int = 4
-    #: Start runs from the cache's own watch events too, not only from the watcher's events
-    #: (which still guarantee every change is acted upon). With several replicas each
-    #: replica's watch would start every run: see ``leader_elect`` (docs/ENGINE.md section 10).
-    run_on_watch: bool = True
-    #: Only while this process holds the Lease ``eventop-router`` (in its own namespace) do
-    #: its watch events start runs; the other replicas run what events ask for.
-    leader_elect: bool = False
-    #: The Lease's duration, renew deadline and retry period (client-go's defaults).
-    lease_timing: tuple[float, float, float] = (15.0, 10.0, 2.0)
-
-    @classmethod
-    def from_env(cls) -> EngineSettings:
-        """``EVENTOP_CACHE_WAIT_SECONDS``, ``EVENTOP_ANSWER_WAIT_SECONDS`` and
-        ``EVENTOP_RUN_ON_WATCH`` (true, false or leader); ValueError saying which and what
-        is accepted for a value that is not."""
-        run_on_watch, leader = _run_on_watch(cls.run_on_watch)
-        return cls(cache_wait=_seconds("EVENTOP_CACHE_WAIT_SECONDS", cls.cache_wait),
-                   answer_wait=_seconds("EVENTOP_ANSWER_WAIT_SECONDS", cls.answer_wait),
-                   run_on_watch=run_on_watch, leader_elect=leader)
-
-
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
-    return value
-
-
-def _run_on_watch(default: bool) -> tuple[bool, bool]:
-    """``EVENTOP_RUN_ON_WATCH``: whether the watch starts runs, and whether only while
-    holding the Lease (``leader``)."""
-    raw = os.environ.get("EVENTOP_RUN_ON_WATCH", "").strip().lower()
-    if raw == "leader":
-        return True, True
-    if not raw:
-        return default, False
-    try:
-        return boolean(raw), False
-    except ArgumentTypeError:
-        raise ValueError(f"EVENTOP_RUN_ON_WATCH must be true, false or leader, "
-                         f"not {raw!r}") from None
 
 
 @dataclass
@@ -171,6 +105,7 @@ class Engine:
                                          self.echoes[name])
                         for name, c in self.controllers.items()}
         self.kube = kube
+        self.catchup = CatchUp(self.cache, kube, lambda: self.settings.cache_wait)
         self._pool = ThreadPoolExecutor(self.settings.write_concurrency,
                                         thread_name_prefix="engine-write")
         self._seen: dict[Item, _Seen] = {}
@@ -342,7 +277,7 @@ class Engine:
                 ready.append(ctl)
         if not ready:
             return
-        subject, since = self._caught_up(event, kind)
+        subject, since = self.catchup.caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
         for ctl in ready:
             # The first event of a change the watch acted on may take that run's result (a
@@ -405,105 +340,13 @@ class Engine:
             for key in keys:
                 self._add(ctl, key, None)
 
-    def _caught_up(self, event: Event, kind: tuple[str, str]) -> tuple[Obj, float | None]:
-        """Wait (bounded) until the cache of the event's kind has seen its change; returns
-        the object as the cache holds it (the event's own data if gone) and when the cache
-        learned that version (or the deletion): a run started since then has seen it."""
-        ref = event.ref
-        assert ref is not None
-        informer = self.cache.informer(*kind)
-        assert informer is not None
-        body = event.object or {"apiVersion": ref.api_version, "kind": ref.kind,
-                                "metadata": {"name": ref.name, "namespace": ref.namespace,
-                                             "uid": ref.uid}}
-        rv = ref.resource_version
-        if rv is not None and rv_int(rv) is None and informer.store is not None \
-                and rv_int(informer.store.resource_version) is not None:
-            # Not a version this API server writes (its are integers): a malformed or forged
-            # event. Waiting for it would end in a 503 retried forever; ask the API server
-            # for the object's current version instead, as for a Reference-mode event.
-            rv = None
-        deleted = event.change == "delete"
-        if rv is None and informer.synced and informer.store is not None:
-            # A Reference-mode event names an object, not a version: the cache must reach the
-            # *object's* resourceVersion as the API server holds it now (one list by name).
-            # Not the list's: the newest of the whole API server, which the watch of a kind
-            # nobody changes reaches only with a bookmark (minutes apart on v1.24), so every
-            # such event would wait out ``cache_wait`` and be answered 503.
-            current = self._read_meta(ref.api_version, ref.kind, ref.namespace, ref.name)
-            if current is None:
-                deleted = True  # gone: the cache must not hold it any more (any uid)
-            else:
-                rv = str(current.get("resourceVersion") or "") or None
-        if informer.matches(body) and not informer.wait_for(
-                rv, body, self.settings.cache_wait, deleted=deleted) \
-                and not (deleted and self._exists(ref)):
-            now = self._ahead_of_server(event, rv)
-            if now is None or not informer.wait_for(now[0], body, self.settings.cache_wait,
-                                                    deleted=now[1]):
-                raise CacheBehind(f"the cache of {ref.kind} did not reach resourceVersion "
-                                  f"{rv} within {self.settings.cache_wait:.0f}s; send the "
-                                  "event again")
-            rv, deleted = now
-        store = informer.store
-        held = store.get(ref.namespace, ref.name) if store is not None else None
-        since = store.learned_at(held if held is not None else body, rv, deleted=deleted) \
-            if store is not None and informer.matches(body) else None
-        return (held if held is not None else body), since
-
-    def _ahead_of_server(self, event: Event, rv: str | None) -> tuple[str | None, bool] | None:
-        """An event whose version the API server has not even reached (a forged event, or one
-        from another cluster): the object's version as the API server holds it now, and
-        whether it is gone; the event is then run on that, as a Reference-mode event is. None
-        for a version the API server has reached: the cache is behind (a 503, sent again).
-        Without this, such an event would be answered 503 and sent again forever."""
-        ref = event.ref
-        assert ref is not None
-        wanted = rv_int(rv) if rv is not None else None
-        if wanted is None:
-            return None
-        page = self._by_name(ref.api_version, ref.kind, ref.namespace, ref.name)
-        server = rv_int(str((page.get("metadata") or {}).get("resourceVersion") or ""))
-        if server is None or server >= wanted:
-            return None
-        items = page.get("items") or []
-        current = str((items[0].get("metadata") or {}).get("resourceVersion") or "") or None \
-            if items else None
-        log.warning("event %s claims resourceVersion %s, which the API server has not reached "
-                    "(it is at %s): not a change of this cluster (forged, or sent to the wrong "
-                    "router); run on %s %s as it is now", event.id, rv, server, ref.kind,
-                    f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name,
-                    extra={"fields": {"id": event.id, "resourceVersion": rv}})
-        return current, not items
-
-    def _exists(self, ref: Any) -> bool:
-        """A delete the cache never sees: does the object (that uid) still exist? Then the
-        event was stale or forged, and the cache that holds the object is right. (A list by
-        name: the router may list every kind it caches, it need not get them.)"""
-        found = self._read_meta(ref.api_version, ref.kind, ref.namespace, ref.name)
-        return found is not None and (ref.uid is None or found.get("uid") == ref.uid)
-
-    def _read_meta(self, api_version: str, kind: str, namespace: str | None,
-                   name: str) -> Obj | None:
-        """An object's metadata, from the API server (a list by name: the router may list
-        every kind it caches, it need not get them)."""
-        items = self._by_name(api_version, kind, namespace, name)["items"]
-        return items[0].get("metadata") or {} if items else None
-
-    def _by_name(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj:
-        """A list of the one object of that name (metadata only): its item, if any, and the
-        API server's current resourceVersion."""
-        res = self.kube.resource(api_version, kind)
-        return dict(next(self.kube.pages(res, namespace, limit=1, metadata_only=True,
-                                         field_selector=name_selector(name))))
-
     def _parent_gone(self, ctl: Controller, key: Key, parent: Obj) -> bool:
         """A child was deleted: by a person (recreate it), or by the garbage collector
         because the parent went (do nothing). The parent's own deletion may not have reached
         the cache yet (its watch and the child's are independent), so before recreating
         anything the API server is asked, once per run, whether the parent is still there."""
-        meta = self._read_meta(ctl.parent.api_version, ctl.parent.kind, key.namespace or None,
-                               key.name)
+        meta = self.catchup.read_meta(ctl.parent.api_version, ctl.parent.kind,
+                                      key.namespace or None, key.name)
         return meta is None or meta.get("uid") != parent["metadata"].get("uid") \
             or bool(meta.get("deletionTimestamp"))
 

@@ -15,7 +15,9 @@ import threading
 import time
 from typing import Any
 
-from eventop.engine.runtime import CacheBehind, Engine, EngineSettings
+from eventop.engine.catchup import CacheBehind
+from eventop.engine.runtime import Engine
+from eventop.engine.settings import EngineSettings
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable

@@ -90,7 +90,8 @@ def test_a_reference_mode_event_of_a_quiet_kind_is_answered_on_a_real_api_server
     reaches the watch of a quiet kind only with a bookmark, and the event was a 503. An
     event ahead of the API server's newest version is run on the object as it is now."""
     from eventop.engine import Controller, Desired
-    from eventop.engine.runtime import Engine, EngineSettings
+    from eventop.engine.runtime import Engine
+    from eventop.engine.settings import EngineSettings
     from eventop.handlers.events import Event
     from eventop.handlers.registry import Registry
     from eventop.testing.cluster import RealCluster

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from eventop.engine import Controller, Desired, Key, Note
+from eventop.engine.catchup import CacheBehind
 from eventop.engine.queue import Result, Ticket, WorkQueue
-from eventop.engine.runtime import MAX_FOLLOWUPS, CacheBehind, Engine, EngineSettings
+from eventop.engine.runtime import MAX_FOLLOWUPS, Engine
+from eventop.engine.settings import EngineSettings
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
 from eventop.testing.waiting import wait_until

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from eventop.engine.runtime import EngineSettings
+from eventop.engine.settings import EngineSettings
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
 from eventop.kube.errors import Unavailable

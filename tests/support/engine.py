@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eventop.engine.runtime import Engine, EngineSettings
+from eventop.engine.runtime import Engine
+from eventop.engine.settings import EngineSettings
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
 from eventop.testing.waiting import wait_until

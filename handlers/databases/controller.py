@@ -87,7 +87,9 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
             **instance, "app.kubernetes.io/component": "server"}),
         snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
         else None,
-        volumes=bound_volumes(reads.list("v1/PersistentVolume"), ns, names),
+        # only a deletion looks at them: not a scan of every PersistentVolume per run
+        volumes=bound_volumes(reads.list("v1/PersistentVolume"), ns, names)
+        if meta.get("deletionTimestamp") else [],
         namespace_terminating=_terminating(reads.get("v1/Namespace", ns)),
     )
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eventop.engine.controller import APPLIED_ANNOTATION
+from eventop.engine.controller import APPLIED_ANNOTATION, CREATED_ANNOTATION
 from eventop.engine.desired import Note
 from eventop.kube import errors
 from eventop.kube.client import Kube
@@ -63,6 +63,10 @@ class Echoes:
             self.dropped += 1
             return True
         return False
+
+
+#: Attempts at adding or removing a finalizer when the parent keeps changing under it.
+FINALIZER_TRIES = 4
 
 
 class KubeWriter:
@@ -206,6 +210,21 @@ class KubeWriter:
         """Add or remove one finalizer with a resourceVersion precondition (a merge patch
         replaces the whole list: another controller's change meanwhile must not be lost)."""
         with self._write(parent):
+            for _ in range(FINALIZER_TRIES - 1):
+                try:
+                    return self._set_finalizer(parent, finalizer, present)
+                except errors.Conflict:
+                    # Another writer (the other router replica's status patch, say) changed
+                    # the parent since it was read: read it again (from the cache, which
+                    # gets that version by its watch) and retry, as client-go's
+                    # RetryOnConflict does, instead of failing the run with a Warning Event.
+                    meta = parent["metadata"]
+                    fresh = self.read_after_conflict(parent, meta.get("resourceVersion"))
+                    if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+                        if present:
+                            raise
+                        return parent  # gone: nothing left to hold
+                    parent = fresh
             return self._set_finalizer(parent, finalizer, present)
 
     def _set_finalizer(self, parent: Obj, finalizer: str, present: bool) -> Obj:
@@ -245,6 +264,7 @@ def _slot(obj: Obj) -> tuple[str, str, str]:
 
 
 def applied_before(obj: Obj | None) -> bool:
-    """Has the engine applied this object before (its applied-hash annotation)?"""
+    """Has the engine applied this object before? Its applied-hash annotation says so,
+    unless it was written by the create (POST), which says so too."""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-    return APPLIED_ANNOTATION in annotations
+    return APPLIED_ANNOTATION in annotations and CREATED_ANNOTATION not in annotations

@@ -59,6 +59,10 @@ CONTROLLER_ANNOTATION = "eventop.dev/controller"
 #: handler no longer wants is still "contained" in the live object, so only this tells that
 #: the apply that removes it is due (kubectl keeps the whole body in an annotation for it).
 APPLIED_ANNOTATION = "eventop.dev/applied-hash"
+#: On a child the engine created (POST) and has not applied since: the POST's fields belong
+#: to an Update entry, which no apply removes from, so the first apply hands them over to
+#: the apply entry first (``KubeWriter.apply``); that apply, not naming it, removes this.
+CREATED_ANNOTATION = "eventop.dev/created-not-applied"
 
 
 class Controller:

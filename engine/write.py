@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from eventop.engine.controller import CREATED_ANNOTATION
 from eventop.engine.desired import Conflict, Note, Outcome, WriteError
 from eventop.engine.plan import Action, Plan, in_sync, is_ours, replacement
 from eventop.kube import errors
@@ -301,8 +302,13 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     """POST; if the name is taken, it is ours to update (another replica made it) or a
     conflict, never merged into."""
     assert action.desired is not None and action.child is not None
+    body = action.desired
+    if action.child.mode == "apply":  # its first apply hands the POST's fields over first
+        meta = body["metadata"]
+        body = {**body, "metadata": {**meta, "annotations": {
+            **(meta.get("annotations") or {}), CREATED_ANNOTATION: "true"}}}
     try:
-        return category, writer.create(action.desired)
+        return category, writer.create(body)
     except errors.NotFound as exc:
         # Its namespace does not exist (gone meanwhile, or never made): a refusal to report,
         # and the run is tried again (see RunResult.unsettled), not a silent skip.

@@ -11,6 +11,8 @@ from eventop.engine.controller import APPLIED_ANNOTATION
 from eventop.kube import Kube, NotFound
 from eventop.kube.informer import Cache
 
+Obj = dict[str, Any]
+
 
 def test_removing_a_finalizer_from_a_parent_already_gone_is_done_not_a_failure(
         kube: Kube) -> None:
@@ -139,13 +141,28 @@ def test_what_a_create_wrote_is_handed_to_the_apply_before_the_first_so_it_remov
         kube: Kube) -> None:
     """A POST's fields belong to an Update entry, which no apply ever removes from: a key
     the handler stopped wanting (a port, an environment variable) would stay for good."""
+    from eventop.engine.desired import Child
+    from eventop.engine.plan import Action, Plan, prepare
+    from eventop.engine.write import execute
+
     echoes = Echoes()
     writer = KubeWriter(kube, Cache(kube, []), echoes)
-    created = writer.create(configmap(a="1", b="2"))
+    parent = kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "owner", "namespace": "default"}})
+
+    def write(obj: Obj, existing: Obj | None) -> Obj:  # as the engine writes a child
+        child = Child(obj)
+        done = execute(Plan([Action("apply" if existing else "create", "ConfigMap",
+                                    "default", "child", prepare(child, parent), existing,
+                                    child)]), writer, parent)
+        return (done.created or done.updated)[0]
+
+    created = write(configmap(a="1", b="2"), None)
     assert managers(created) == [(kube.field_manager, "Update")]
-    applied = writer.apply(configmap(a="1"), force=False, existing=created)
+    applied = write(configmap(a="1"), created)
     assert applied["data"] == {"a": "1"}
     assert managers(applied) == [(kube.field_manager, "Apply")]
+    assert list(applied["metadata"]["annotations"]) == [APPLIED_ANNOTATION]
     uid, rv = applied["metadata"]["uid"], int(applied["metadata"]["resourceVersion"])
     assert echoes.is_echo(uid, str(rv - 1), "update")  # the hand-over's own write
 
@@ -224,3 +241,20 @@ def test_a_patch_of_an_object_changed_since_the_cache_read_it_is_not_sent_and_is
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     assert pv["metadata"]["labels"] == {"tier": "gold"}
     assert pv["spec"]["csi"] == {"driver": "disk.csi.example.com", "volumeHandle": "a"}
+
+
+def test_a_finalizer_write_that_loses_a_race_reads_the_parent_again_instead_of_failing(
+        kube: Kube) -> None:
+    """Two router replicas: the other one patched the parent's status between this one's
+    read and its finalizer patch (a 409 on the resourceVersion precondition). That run
+    failed, with a Warning Event, on every second new Database."""
+    parent: Any = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "raced", "namespace": "default"}})
+    kube.patch("v1", "ConfigMap", "raced", "default", {"data": {"other": "replica"}})
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    written = writer.set_finalizer(parent, "eventop.dev/test", True)  # read before the patch
+    assert written["metadata"]["finalizers"] == ["eventop.dev/test"]
+    assert written["data"] == {"other": "replica"}
+    kube.patch("v1", "ConfigMap", "raced", "default", {"data": {"again": "1"}})
+    assert writer.set_finalizer(written, "eventop.dev/test", False)["metadata"].get(
+        "finalizers") is None

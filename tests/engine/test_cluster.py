@@ -148,14 +148,31 @@ def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real
         ) -> None:
     """What a POST wrote belongs to an Update entry, which an apply never removes from: on
     the real server a changed port stayed beside the new one (refused as two ports named
-    http) and a dropped variable stayed. The first apply hands it over first."""
+    http) and a dropped variable stayed. The first apply hands it over first. Written the
+    way the engine writes children (``prepare``, then ``execute``): a create straight
+    through the writer once hid that the engine's own POST body marked the child as applied
+    already, and the hand-over never happened."""
     from eventop.engine.apiserver import Echoes, KubeWriter
+    from eventop.engine.desired import Child
+    from eventop.engine.plan import Action, Plan, prepare
+    from eventop.engine.write import execute
 
     kube = Kube.connect(kubeconfig=os.environ["EVENTOP_TEST_KUBECONFIG"])
     kube.field_manager = "eventop-test-apply"
     ns = f"apply-{uuid.uuid4().hex[:6]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    parent = kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "owner", "namespace": ns}})
+
+    def write(obj: dict, existing: dict | None) -> dict:
+        child = Child(obj, force=True)
+        verb = "create" if existing is None else "apply"
+        done = execute(Plan([Action(verb, obj["kind"], ns, obj["metadata"]["name"],
+                                    prepare(child, parent), existing, child)]),
+                       writer, parent)
+        assert not done.errors, done.errors
+        return (done.created or done.updated)[0]
 
     def service(port: int) -> dict:
         return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
@@ -174,13 +191,14 @@ def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real
                                       "spec": {"containers": [container]}}}}
 
     try:
-        created = writer.create(service(8080))
-        ports = writer.apply(service(9090), force=True, existing=created)["spec"]["ports"]
+        created = write(service(8080), None)
+        ports = write(service(9090), created)["spec"]["ports"]
         assert [p["port"] for p in ports] == [9090]
-        created = writer.create(deployment(8080, {"A": "1", "B": "2"}))
-        applied = writer.apply(deployment(9090, {"A": "1"}), force=True, existing=created)
+        created = write(deployment(8080, {"A": "1", "B": "2"}), None)
+        applied = write(deployment(9090, {"A": "1"}), created)
         container = applied["spec"]["template"]["spec"]["containers"][0]
         assert [p["containerPort"] for p in container["ports"]] == [9090]
         assert container["env"] == [{"name": "A", "value": "1"}]
+        assert "eventop.dev/created-not-applied" not in applied["metadata"]["annotations"]
     finally:
         kube.delete("v1", "Namespace", ns)

@@ -202,7 +202,8 @@ class RouterScenarios:
 
         def refuse_resize(call: Any) -> None:
             if call.method == "PATCH" and "/persistentvolumeclaims/" in call.path and (
-                    (call.body or {}).get("spec", {}).get("resources", {}).get(
+                    isinstance(call.body, dict)  # (not the hand-over's JSON patch, a list)
+                    and call.body.get("spec", {}).get("resources", {}).get(
                         "requests", {}).get("storage") == "200Gi"):
                 recorder.interceptors.remove(refuse_resize)
                 from eventop.kube.errors import from_response

@@ -1,7 +1,7 @@
 # eventop: one image for the router (default) and the watcher.
 #   docker build -t ghcr.io/eventop/eventop:0.1.0 .
 #   docker run -p 8080:8080 ghcr.io/eventop/eventop:0.1.0            # python -m eventop.router
-#   docker run ghcr.io/eventop/eventop:0.1.0 watcher run --sink URL   # python -m eventop.watcher run
+#   docker run ghcr.io/eventop/eventop:0.1.0 eventop.watcher run --sink URL   # python -m eventop.watcher run
 #
 # The base is pinned to an exact Python patch release and Debian release. For reproducible
 # builds also pin its digest: PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest>.

@@ -182,7 +182,8 @@ def _log_retry(sink: str, item: Outgoing, att: Attempt, tries: int, delay: float
     why = att.detail if att.status is None else f"HTTP {att.status}"
     if att.status == 401:
         why += (": the router refuses the watcher's token; EVENTOP_ROUTER_TOKEN must be the "
-                "same for both (every event waits until it is)")
+                "same for both (retried until it is; emit and replay give up after "
+                "--max-attempts)")
     log.log(level, "delivery of event %s to %s failed (%s), retry %d in %.1fs",
             item.event_id, sink, why, tries, delay,
             extra={"fields": {"event_id": item.event_id, "cause": att.cause}})

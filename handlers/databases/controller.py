@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
-from eventop.handlers.databases import lifecycle
+from eventop.handlers.databases import deletion, lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
 from eventop.handlers.databases.observe import Observed, bound_volumes
@@ -76,6 +76,7 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
     instance = {"app.kubernetes.io/instance": label_value(meta["name"]),
                 "app.kubernetes.io/name": APP_NAME, MANAGED_BY_LABEL: MANAGED_BY}
     names = Names.of(meta["name"])
+    terminating = _terminating(reads.get("v1/Namespace", ns))
     return Observed(
         now=now or datetime.now(UTC),
         secret=reads.get("v1/Secret", names.secret, ns),
@@ -89,8 +90,8 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         else None,
         # only a deletion looks at them: not a scan of every PersistentVolume per run
         volumes=bound_volumes(reads.list("v1/PersistentVolume"), ns, names)
-        if meta.get("deletionTimestamp") else [],
-        namespace_terminating=_terminating(reads.get("v1/Namespace", ns)),
+        if meta.get("deletionTimestamp") or terminating else [],
+        namespace_terminating=terminating,
     )
 
 
@@ -99,7 +100,7 @@ def _terminating(namespace: Obj | None) -> bool:
                                or (namespace.get("status") or {}).get("phase") == "Terminating"))
 
 
-def desired(result: Plan, observed: Observed) -> Desired:
+def desired(result: Plan, observed: Observed, db: Obj) -> Desired:
     children: list[Child] = []
     for obj in result.children or []:
         job = obj["kind"] == "Job"
@@ -114,7 +115,9 @@ def desired(result: Plan, observed: Observed) -> Desired:
         status_seen_before_writes=True,
         events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
                 for kind, reason, message in result.events],
-        delete=list(result.deletions), patch=list(result.patches),
+        delete=list(result.deletions),
+        # (a live Database's too, in a namespace being deleted: see deletion.retain_volumes)
+        patch=list(result.patches) or deletion.retain_volumes(db, observed),
         requeue_after=result.requeue_after, done=result.finalize)
 
 
@@ -152,13 +155,13 @@ def kept(obj: Obj, observed: Observed) -> Child:
 @databases.reconcile
 def reconcile(db: Obj, reads: Reads) -> Desired:
     observed = observe(db, reads)
-    return desired(lifecycle.plan(db, observed, new_password), observed)
+    return desired(lifecycle.plan(db, observed, new_password), observed, db)
 
 
 @databases.finalize
 def finalize(db: Obj, reads: Reads) -> Desired:
     observed = observe(db, reads)
-    return desired(lifecycle.plan(db, observed, new_password), observed)
+    return desired(lifecycle.plan(db, observed, new_password), observed, db)
 
 
 @databases.adopts
@@ -177,6 +180,15 @@ def database_of(obj: Obj, reads: Reads) -> list[Obj]:
     instance = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
     return [db for db in reads.list(f"{API_VERSION}/{KIND}", meta.get("namespace"))
             if label_value(db["metadata"]["name"]) == instance]
+
+
+@databases.maps("v1/Namespace")
+def databases_of_deleted_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
+    """A namespace being deleted: its Databases, at once (their volumes, see
+    deletion.retain_volumes); any other namespace change concerns none."""
+    if not _terminating(namespace):
+        return []
+    return reads.list(f"{API_VERSION}/{KIND}", namespace["metadata"]["name"])
 
 
 @databases.maps(SNAPSHOT)

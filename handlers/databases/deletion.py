@@ -140,24 +140,44 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     return step
 
 
+def retain_volumes(db: Obj, observed: Observed) -> list[Obj]:
+    """In a namespace being deleted, unless ``deletionPolicy`` is Delete: the patches that
+    set the data volumes' PersistentVolumes to reclaim policy Retain. Also made by the runs
+    of a Database not yet deleted itself (the namespace controller deletes everything at
+    once, and a claim no pod uses goes at once): the earlier, the fewer volumes lost."""
+    if not observed.namespace_terminating \
+            or (db.get("spec") or {}).get("deletionPolicy", "Snapshot") == "Delete":
+        return []
+    return [{"apiVersion": "v1", "kind": "PersistentVolume",
+             "metadata": {"name": pv["metadata"]["name"]},
+             "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
+            for pv in observed.volumes
+            if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Retain"]
+
+
 def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
     """The namespace is going, data volume claims included, and nothing can be created in
     it: the data volumes' PersistentVolumes are set to Retain, then the Database goes."""
     ns = db["metadata"]["namespace"]
+    seen = {pv["metadata"]["name"] for pv in observed.volumes}
+    unseen = sorted(
+        str(pvc["spec"]["volumeName"]) for pvc in observed.data_pvcs
+        if (pvc.get("spec") or {}).get("volumeName") and pvc["spec"]["volumeName"] not in seen
+        and (pvc.get("status") or {}).get("phase") == "Bound")
+    if unseen:  # bound to a volume the cache has not seen yet: not "nothing to keep"
+        return _Step(("True", "RetainingVolumes", f"namespace {ns} is being deleted: waiting "
+                      f"to see PersistentVolumes {', '.join(unseen)}"), requeue_after=2.0)
     volumes = ", ".join(pv["metadata"]["name"] for pv in observed.volumes)
-    changing = [pv for pv in observed.volumes
-                if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Retain"]
     why = (f"namespace {ns} is being deleted, with the data volumes' claims, and nothing can "
            f"be created in it (deletionPolicy {policy}: no snapshot or backup)")
-    if changing:
+    patches = retain_volumes(db, observed)
+    if patches:
         return _Step(("True", "RetainingVolumes", f"{why}; setting the PersistentVolumes of "
                       f"the data volumes to reclaim policy Retain: {volumes}"),
-                     patches=[{"apiVersion": "v1", "kind": "PersistentVolume",
-                               "metadata": {"name": pv["metadata"]["name"]},
-                               "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
-                              for pv in changing])
+                     patches=patches)
     if not observed.volumes:
-        kept = ("no data volume was bound to a PersistentVolume: there is no data to keep")
+        kept = ("no PersistentVolume of its data volumes was left to keep (none was bound, "
+                "or a claim no pod was using went, and its volume with it, before this run)")
     else:
         kept = (f"the data stays on PersistentVolumes {volumes} (reclaim policy Retain, "
                 "Released once their claims are gone): bind a new claim to one to read it")
@@ -240,7 +260,7 @@ def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
 
 def _delete_volumes(observed: Observed, policy: str) -> _Step:
     volumes = observe.pvc_names(observed)
-    if policy == "Delete":
+    if policy == "Delete" and volumes:  # (none: another replica's run deleted them)
         events = [("Normal", "DataDeleted",
                    f"data volumes deleted: {', '.join(volumes) or 'none'}")]
     else:

@@ -185,7 +185,8 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
         new, events, _ = status.compute(db, facts, observed, spec.replicas)
         return Plan(children=None, status=new, events=events)
 
-    if observed.secret is None and _initialized_before(db)[0] == "True":
+    if observed.secret is None and _initialized_before(db)[0] == "True" \
+            and not observed.namespace_terminating:  # (there, everything goes)
         facts.events.append((
             "Warning", "CredentialsRecreated",
             f"Secret {names.secret} was deleted and is made again with new passwords, which "

@@ -174,3 +174,26 @@ def test_a_service_of_someone_elses_at_its_name_makes_the_database_not_ready() -
     assert (ready["status"], ready["reason"]) == ("False", "ChildConflict")
     assert ready["message"].startswith("Service shop/orders exists and is not this Database's")
     assert world.get("v1/Service", "orders", "shop")["metadata"]["uid"] == "someone"
+
+
+def test_its_namespace_being_deleted_sets_its_volumes_to_retain_before_it_is_deleted() -> None:
+    """The namespace controller deletes everything at once, and a claim no pod uses goes at
+    once: a Database not yet deleted itself keeps its volumes as soon as its namespace is
+    terminating (the Namespace's change runs it); under Delete it does not."""
+    world = fresh()
+    world.put(copy.deepcopy(database("scratch", deletionPolicy="Delete")) | {
+        "metadata": {"name": "scratch", "namespace": "shop"}})
+    world.converge(databases)
+    for name, claim in (("pv-orders", "data-orders-pg16-0"), ("pv-scratch",
+                                                              "data-scratch-pg16-0")):
+        world.put({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                   "spec": {"persistentVolumeReclaimPolicy": "Delete",
+                            "claimRef": {"namespace": "shop", "name": claim}}})
+    namespace = world.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "shop", "deletionTimestamp": "2026-11-20T11:00:00Z"},
+        "status": {"phase": "Terminating"}})
+    world.changed(databases, namespace)
+    reclaim = {pv: world.get("v1/PersistentVolume", pv)["spec"]["persistentVolumeReclaimPolicy"]
+               for pv in ("pv-orders", "pv-scratch")}
+    assert reclaim == {"pv-orders": "Retain", "pv-scratch": "Delete"}
+    assert world.get(DB, "orders", "shop")["metadata"].get("deletionTimestamp") is None

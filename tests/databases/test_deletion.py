@@ -209,4 +209,23 @@ def test_in_a_namespace_being_deleted_no_bound_volume_means_nothing_to_keep() ->
     world.converge()
     assert world.db is None
     (message,) = [m for _, r, m in world.events if r == "NamespaceDeleted"]
-    assert "no data volume was bound to a PersistentVolume" in message
+    assert "no PersistentVolume of its data volumes was left to keep" in message
+
+
+def test_in_a_namespace_being_deleted_a_claim_bound_to_an_unseen_volume_is_waited_for() -> None:
+    """A claim says it is bound to a PersistentVolume the cache does not hold yet: that is
+    not "no data to keep"; the Database waits for it, then keeps it."""
+    world = created(World(database()))
+    claim = world.get(*DATA)
+    claim["spec"] = {**claim["spec"], "volumeName": "pv-0"}
+    claim["status"] = {"phase": "Bound"}
+    world.terminating = True
+    world.delete()
+    first = world.reconcile()
+    assert world.db is not None and first.patches == [] and first.requeue_after == 2.0
+    assert "waiting to see PersistentVolumes pv-0" in world.condition("Deleting")["message"]
+    world.objects[("PersistentVolume", "pv-0")] = volume("pv-0", "data-orders-pg16-0")
+    world.converge()
+    assert world.db is None
+    assert world.get("PersistentVolume", "pv-0")["spec"]["persistentVolumeReclaimPolicy"] == \
+        "Retain"

@@ -161,14 +161,18 @@ class DatabaseScenarios:
         try:
             self.s.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}},
                        change="add")
-            self.database("vault", version="16")
-            self.servers("vault-pg16")
             self.local_kube.put({
                 "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-vault"},
                 "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                          "persistentVolumeReclaimPolicy": "Delete",
                          "csi": {"driver": "disk.csi.example.com", "volumeHandle": "vault"},
                          "claimRef": {"namespace": self.ns, "name": "data-vault-pg16-0"}}})
+            self.database("vault", version="16")
+            self.servers("vault-pg16")
+            claim = self.get("v1", "PersistentVolumeClaim", "data-vault-pg16-0")
+            claim["spec"]["volumeName"] = "pv-vault"  # bound, as the volume binder would
+            claim["status"] = {"phase": "Bound"}
+            self.s.put(claim)
             self.local_kube.remove("v1", "Namespace", self.ns)
             held = self.local_kube.get("eventop.dev/v1", "Database", "vault", self.ns)
             assert held is not None, "the finalizer did not hold the Database"
@@ -179,7 +183,9 @@ class DatabaseScenarios:
                 return (pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain" and
                         self.local_kube.get("eventop.dev/v1", "Database", "vault", self.ns)
                         is None)
-            assert wait_until(retained_and_gone, 30), "the volume was not kept, or the " \
-                "Database not let go"
+            assert wait_until(retained_and_gone, 30), (
+                "the volume was not kept, or the Database not let go",
+                self.local_kube.get("v1", "PersistentVolume", "pv-vault", None),
+                self.local_kube.get("eventop.dev/v1", "Database", "vault", self.ns))
         finally:
             self.ns = ns

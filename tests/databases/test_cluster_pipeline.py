@@ -179,3 +179,28 @@ def test_a_deleted_namespace_keeps_the_data_on_retained_volumes_unless_the_polic
         for pv in volumes.values():
             with contextlib.suppress(KubeError):
                 cluster.kube.delete("v1", "PersistentVolume", pv)
+
+
+def test_a_port_change_moves_the_services_and_the_server_leaving_no_old_port_behind(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    """The children were created by POST: the first apply of a changed port must remove
+    the old one (a reviewer saw both Services refused with 'Duplicate value: "postgres"',
+    and a StatefulSet with both ports, when the POST's fields were never handed over)."""
+    _pipe, ns = with_snapshot_api
+    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
+                TIMEOUT)
+    lives.serve(life, version="16", replicas=1)
+    life.edit(port=5433)
+
+    def ports(kind: str, name: str) -> list[int]:
+        obj = life.get(kind, name) or {}
+        if kind.endswith("StatefulSet"):
+            return [p["containerPort"] for p in
+                    obj["spec"]["template"]["spec"]["containers"][0]["ports"]]
+        return [p["port"] for p in obj["spec"]["ports"]]
+    for kind, name in (("v1/Service", "orders"), ("v1/Service", life.names.headless),
+                       ("apps/v1/StatefulSet", life.names.statefulset(16))):
+        life.wait(f"{kind} {name} on 5433 alone",
+                  lambda kind=kind, name=name: ports(kind, name) == [5433])
+    ready = lives.condition(life.get(DB, "orders")["status"], "Ready")
+    assert ready["reason"] != "WriteRefused", ready

@@ -75,7 +75,11 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
     meta = cr["metadata"]
     cm = reads.get(CONFIGMAP, meta["name"], meta["namespace"])
     answers = fetch.answers()
-    answer = answers.recent(base_of(cr), currency_of(cr), not_before=decided_at(cr))
+    # Not an answer older than what the status or the ConfigMap already holds (another
+    # replica's refresh writes the ConfigMap first: its status may not be cached yet).
+    written = str(((cm or {}).get("data") or {}).get("fetchedAt") or "")
+    answer = answers.recent(base_of(cr), currency_of(cr),
+                            not_before=max(decided_at(cr), written))
     if answer is None and not is_converged(cr, cm):
         answer = answers.fetch(base_of(cr), currency_of(cr))
     return desired(cr, cm, answer, now_rfc3339())

@@ -27,7 +27,9 @@ request count: a run that finds no answer asks for itself.
 Being per process, a kept answer can be older than what another process has already
 written in the ExchangeRate's status (another router replica or worker refreshed since, and
 the provider answered it otherwise). Such an answer is not used for that ExchangeRate
-(``not_before``): its run asks the provider itself rather than write back the older news.
+(``not_before``: the later of its status's last decision and its ConfigMap's ``fetchedAt``,
+which another replica writes first): its run asks the provider itself rather than write
+back the older news.
 """
 
 from __future__ import annotations

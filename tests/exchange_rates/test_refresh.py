@@ -124,6 +124,29 @@ def test_an_answer_kept_from_before_another_replica_decided_the_status_is_not_wr
     assert requests_mock.call_count > asked  # asked the provider, not its kept answer
 
 
+def test_an_answer_older_than_the_configmap_another_replica_wrote_is_not_written_back(
+        router: Router, local_kube: Any, kube: Kube, requests_mock: rm.Mocker) -> None:
+    """Two replicas, a refresh each within a minute: the other one's ConfigMap write (a
+    newer rate) reaches this one before its status does. This replica's run, started by
+    that ConfigMap change, wrote its own older rate back (reviewer: 0.8652 -> 0.8552 ->
+    0.8652 within 50 ms); the ConfigMap's fetchedAt now counts as decided too."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    add(router, local_kube, exchange_rate("er", "USD"))
+    refresh(router)  # this process now keeps its answer: 1.0812
+    time.sleep(1.1)  # the other replica's refresh comes in a later second
+    stored = configmap(local_kube, "er")
+    assert stored is not None and stored["data"]["rate"] == "1.0812"
+    theirs = kube.replace({**stored, "data": {**stored["data"], "rate": "1.0999",
+                                              "fetchedAt": now_rfc3339()}})
+    wait_cached(router.engine, theirs)
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0999"))
+    writes = configmap_writes(local_kube)
+
+    assert_ok(dispatch(router, Event.for_object("update", theirs)))
+    assert configmap(local_kube, "er")["data"]["rate"] == "1.0999"
+    assert configmap_writes(local_kube) == writes
+
+
 # -- the scheduled refresh ---------------------------------------------------------------------
 
 def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(

@@ -35,6 +35,7 @@ from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
+from eventop.kube.objects import is_terminating
 from eventop.kube.recent import Recent
 from eventop.kube.resources import is_custom
 from eventop.kube.store import Store
@@ -371,9 +372,7 @@ class Engine:
 
     def _terminating(self, namespace: str) -> bool:
         store = self._store("v1", "Namespace")
-        ns = store.get(None, namespace) if store is not None else None
-        return bool(ns and ((ns.get("metadata") or {}).get("deletionTimestamp")
-                            or (ns.get("status") or {}).get("phase") == "Terminating"))
+        return is_terminating(store.get(None, namespace) if store is not None else None)
 
     def _work(self) -> None:
         while not self._stop.is_set():

@@ -28,7 +28,7 @@ from eventop.engine.desired import Note
 from eventop.engine.kinds import Key, Kind
 from eventop.engine.reads import Reads
 from eventop.engine.run import RunResult, run
-from eventop.kube import errors, now_rfc3339
+from eventop.kube import errors, is_terminating, now_rfc3339
 from eventop.kube.store import Store
 
 if TYPE_CHECKING:
@@ -163,9 +163,7 @@ class World:
         return copy.deepcopy(obj)
 
     def _terminating(self, namespace: str) -> bool:
-        ns = self.get("v1/Namespace", namespace)
-        return bool(ns and (ns["metadata"].get("deletionTimestamp")
-                            or (ns.get("status") or {}).get("phase") == "Terminating"))
+        return is_terminating(self.get("v1/Namespace", namespace))
 
 
 class _WorldWriter:

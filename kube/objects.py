@@ -149,6 +149,14 @@ def status_changed(old: Obj, new: Obj) -> bool:
     return any(old.get(key) != value for key, value in new.items())
 
 
+def is_terminating(namespace: Obj | None) -> bool:
+    """A Namespace being deleted (nothing can be created in it any more)."""
+    if not namespace:
+        return False
+    return bool((namespace.get("metadata") or {}).get("deletionTimestamp")
+                or (namespace.get("status") or {}).get("phase") == "Terminating")
+
+
 def name_selector(name: str) -> str:
     """The field selector of one name, its value escaped as apimachinery's
     ``fields.EscapeValue`` does: a name from an event body (``a,b``) stays one name."""

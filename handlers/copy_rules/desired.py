@@ -37,6 +37,7 @@ from eventop.kube import (
     MANAGED_BY_LABEL,
     content_hash,
     is_owned_by,
+    is_terminating,
     label_selector_problems,
     label_value,
     owner_reference,
@@ -100,12 +101,6 @@ def rule_label_value(rule: Obj) -> str:
 def copies_selector(rule: Obj) -> str:
     """Label selector listing every copy of a rule in one request (all namespaces)."""
     return f"{RULE_LABEL}={rule_label_value(rule)}"
-
-
-def is_terminating(namespace: Obj) -> bool:
-    meta = namespace.get("metadata") or {}
-    phase = (namespace.get("status") or {}).get("phase")
-    return bool(meta.get("deletionTimestamp")) or phase == "Terminating"
 
 
 def owned_by(obj: Obj, rule: Obj) -> bool:

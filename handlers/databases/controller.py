@@ -31,7 +31,14 @@ from eventop.handlers.databases.observe import Observed, bound_volumes
 from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
 from eventop.handlers.databases.workload import APP_NAME
 from eventop.handlers.registry import Registry
-from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, label_value, now_rfc3339, set_condition
+from eventop.kube import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    is_terminating,
+    label_value,
+    now_rfc3339,
+    set_condition,
+)
 
 Obj = dict[str, Any]
 
@@ -76,7 +83,7 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
     instance = {"app.kubernetes.io/instance": label_value(meta["name"]),
                 "app.kubernetes.io/name": APP_NAME, MANAGED_BY_LABEL: MANAGED_BY}
     names = Names.of(meta["name"])
-    terminating = _terminating(reads.get("v1/Namespace", ns))
+    terminating = is_terminating(reads.get("v1/Namespace", ns))
     return Observed(
         now=now or datetime.now(UTC),
         secret=reads.get("v1/Secret", names.secret, ns),
@@ -93,11 +100,6 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         if meta.get("deletionTimestamp") or terminating else [],
         namespace_terminating=terminating,
     )
-
-
-def _terminating(namespace: Obj | None) -> bool:
-    return bool(namespace and ((namespace.get("metadata") or {}).get("deletionTimestamp")
-                               or (namespace.get("status") or {}).get("phase") == "Terminating"))
 
 
 def desired(result: Plan, observed: Observed, db: Obj) -> Desired:
@@ -186,7 +188,7 @@ def database_of(obj: Obj, reads: Reads) -> list[Obj]:
 def databases_of_deleted_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
     """A namespace being deleted: its Databases, at once (their volumes, see
     deletion.retain_volumes); any other namespace change concerns none."""
-    if not _terminating(namespace):
+    if not is_terminating(namespace):
         return []
     return reads.list(f"{API_VERSION}/{KIND}", namespace["metadata"]["name"])
 

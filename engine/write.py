@@ -105,7 +105,10 @@ class InFlight:
 
 class StaleWrite(Exception):
     """A write lost a race with another writer (a replace twice: the object keeps changing;
-    a delete of a version that changed since it was read): the run is retried."""
+    a delete of a version that changed since it was read): the run is retried. Its
+    :class:`WriteError` has this ``reason``: not a refusal to report, it mends itself."""
+
+    reason = "StaleWrite"
 
 
 def execute(plan: Plan, writer: Writer, parent: Obj, *,

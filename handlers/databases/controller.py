@@ -127,16 +127,18 @@ def with_outcome(status: Obj, outcome: Outcome) -> Obj:
     """The status, with ``Ready`` False while a child could not be written: an object of
     someone else's at its name (a Service ``pay`` made by hand: the Database would report
     an endpoint that is not its own), or a write the API server refused."""
+    # (a write that lost a race with another writer is repeated at once: not a refusal)
+    refused = [e for e in outcome.errors if e.reason != "StaleWrite"]
     if outcome.conflicts:
         first = outcome.conflicts[0]
         reason, message = "ChildConflict", (
             f"{first.kind} {first} exists and is not this Database's: left unchanged; delete "
             "or rename it to let eventop manage it")
-    elif outcome.errors:
-        reason, message = "WriteRefused", f"the API server refused to {outcome.errors[0]}"
+    elif refused:
+        reason, message = "WriteRefused", f"the API server refused to {refused[0]}"
     else:
         return status
-    more = len(outcome.conflicts) + len(outcome.errors) - 1
+    more = len(outcome.conflicts) + len(refused) - 1
     if more:
         message += f" (and {more} more, see the Events)"
     conditions = set_condition(status.get("conditions"), "Ready", "False", reason, message,

@@ -520,6 +520,27 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     assert world.reconcile(ctl, "a", "teams").unsettled  # so the router tries it again
 
 
+def test_a_delete_that_lost_a_race_is_run_again_without_a_warning_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two router replicas: the other one changed (or deleted) the child since this run
+    read it. That is no refusal to tell the user about (a reviewer saw "another field
+    manager set those fields" for it): the run is repeated on a fresh read."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def lost(self: Any, obj: Obj) -> None:
+        raise errors.Conflict("the object has been modified", reason="Conflict")
+
+    world = World([team("a", ["ann"])])
+    ctl = teams_controller()
+    world.converge(ctl)
+    world.put(team("a", []))
+    monkeypatch.setattr(testing._WorldWriter, "delete", lost)
+    result = world.reconcile(ctl, "a", "teams")
+    assert result.retry and [e.reason for e in result.outcome.errors] == ["StaleWrite"]
+    assert [n.reason for _name, n in world.events if n.type == "Warning"] == []
+
+
 def test_world_hands_a_change_to_the_parents_it_maps_to() -> None:
     ctl = teams_controller(reads=["v1/Namespace"])
     ctl.maps("v1/Namespace")(lambda ns, reads: reads.list(TEAM, ns["metadata"]["name"]))

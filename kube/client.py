@@ -33,6 +33,7 @@ JSON = "application/json"
 LIST_METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 WATCH_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+EVENT_TRIES = 5  # an Event's post or count, raced by another replica's
 
 Obj = dict[str, Any]
 
@@ -111,13 +112,22 @@ class Kube:
                 f"{verb} {path}: Kubernetes API unreachable at {self.host}: {exc}") from exc
         KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
                              self.field_manager).inc()
-        if not 200 <= resp.status < 300:
-            data = resp.read()
-            raise errors.from_response(resp.status, data, f"{verb} {path}")
-        if stream:
+        if stream and 200 <= resp.status < 300:
             return resp.response
-        data = resp.read()
-        return json.loads(data) if data else {}
+        # The body is read only now (the client does not preload it): a connection cut or
+        # a read timeout after the headers is the same passing fault as one before them.
+        try:
+            data = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise errors.Unavailable(f"{verb} {path}: the answer from {self.host} broke off "
+                                     f"(HTTP {resp.status}): {exc}") from exc
+        if not 200 <= resp.status < 300:
+            raise errors.from_response(resp.status, data, f"{verb} {path}")
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as exc:
+            raise errors.Unavailable(f"{verb} {path}: the answer from {self.host} is not "
+                                     f"JSON ({len(data)} bytes): {exc}") from exc
 
     # -- resource resolution ---------------------------------------------------------
 
@@ -429,13 +439,28 @@ class Kube:
         meta, name, ns = involved.get("metadata") or {}, event["metadata"]["name"], \
             event["metadata"]["namespace"]
         try:
-            try:
-                self.create(event)
-            except errors.Conflict:  # posted before (its name is derived from it): count it
-                existing = self.get("v1", "Event", name, ns)
-                self.patch("v1", "Event", name, ns,
-                           {"count": int(existing.get("count") or 1) + 1,
-                            "lastTimestamp": event["lastTimestamp"]})
+            for attempt in range(EVENT_TRIES):
+                try:
+                    self.create(event)
+                    return
+                except errors.Conflict:  # posted before (its name is derived from it)
+                    pass
+                # Count it, on the version read: another replica counting the same repeat
+                # meanwhile is a 409 and a fresh read, not a lost increment.
+                existing = self.get_or_none("v1", "Event", name, ns)
+                if existing is None:
+                    continue  # expired between the two requests: post it anew
+                try:
+                    self.patch("v1", "Event", name, ns, {
+                        "metadata": {"resourceVersion":
+                                     existing["metadata"].get("resourceVersion")},
+                        "count": int(existing.get("count") or 1) + 1,
+                        "lastTimestamp": event["lastTimestamp"]})
+                    return
+                except (errors.Conflict, errors.NotFound):
+                    if attempt == EVENT_TRIES - 1:
+                        raise
+            raise errors.Conflict(f"Event {ns}/{name} kept being posted and expiring")
         except errors.KubeError as exc:
             log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
                         message, exc)

@@ -3,6 +3,9 @@ error mapping."""
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 
 from eventop.kube import Kube, NotFound, Unavailable
@@ -36,6 +39,60 @@ def test_unreachable_api_server_is_unavailable_and_names_the_host() -> None:
         kube.ping()
 
 
+class _BrokenAnswer:
+    """A server that answers one request with headers promising 100 bytes, then sends 10
+    and either closes the connection or stalls past the client's read timeout; or
+    ("garbled") sends a whole body that is not JSON."""
+
+    def __init__(self, mode: str) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.mode = mode
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        conn.recv(65536)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        if self.mode == "garbled":  # whole, but not JSON (a proxy's error page, say)
+            conn.sendall(head + b"10\r\n\r\nnot json!!")
+        else:
+            conn.sendall(head + b'100\r\n\r\n{"kind":"C')
+        if self.mode == "stall":
+            self.done.wait(5)
+        conn.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["cut", "stall"])
+def test_an_answer_that_breaks_off_after_its_headers_is_unavailable(mode: str) -> None:
+    """The client reads a body only after the headers: a connection cut, or a read timeout,
+    in the middle of it is the same passing fault as one before them (a 503 for the event,
+    retried), never an unexpected exception (a 500, given up)."""
+    server = _BrokenAnswer(mode)
+    try:
+        kube = Kube.connect(url=server.url)
+        kube.timeout = (1.0, 0.5)
+        with pytest.raises(Unavailable, match="broke off"):
+            kube.get("v1", "ConfigMap", "x", "default")
+    finally:
+        server.done.set()
+
+
+def test_an_answer_that_is_not_json_is_unavailable() -> None:
+    server = _BrokenAnswer("garbled")
+    kube = Kube.connect(url=server.url)
+    kube.timeout = (1.0, 1.0)
+    with pytest.raises(Unavailable, match="is not JSON"):
+        kube.get("v1", "ConfigMap", "x", "default")
+
+
 def test_event_about_an_object_with_a_253_character_name_is_recorded(kube: Kube) -> None:
     """An Event's name is the object's name plus a suffix, and must itself stay a valid
     name of at most 253 characters."""
@@ -49,6 +106,28 @@ def test_event_about_an_object_with_a_253_character_name_is_recorded(kube: Kube)
               if e["involvedObject"]["name"] == name]
     assert [e["count"] for e in events] == [2]
     assert len(events[0]["metadata"]["name"]) <= 253
+
+
+def test_an_event_posted_again_by_several_writers_at_once_counts_every_repeat(
+        kube: Kube) -> None:
+    """Two router replicas recording the same repeat at once: each count is a
+    patch of the version it read, so none is lost."""
+    cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": "counted-event", "namespace": "default"}})
+    kube.post_event(cm, "Warning", "Testing", "again")
+
+    def post_five() -> None:
+        for _ in range(5):
+            kube.post_event(cm, "Warning", "Testing", "again")
+
+    threads = [threading.Thread(target=post_five) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = [e for e in kube.list("v1", "Event", "default")
+              if e["involvedObject"]["name"] == "counted-event"]
+    assert [e["count"] for e in events] == [11]
 
 
 def test_status_is_patched_only_when_a_key_differs_and_a_gone_object_is_no_error(

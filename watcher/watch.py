@@ -88,6 +88,7 @@ class ResourceWatcher(Sink):
         self.known: dict[str, Known] = {}  # uid -> what a delete found by a re-list needs
         self._mode = "list"
         self._seen: set[str] = set()
+        self._by_name: dict[tuple[str | None, str], str] = {}  # during a re-list only
         self._counts: dict[str, int] = {}
         self._pending: Outgoing | None = None  # the event the deliverer had no room for
         def resolve() -> Watched:
@@ -122,12 +123,22 @@ class ResourceWatcher(Sink):
         self._mode = mode
         self._seen = set()
         self._counts = {"add": 0, "update": 0, "delete": 0}
+        # A re-list finds an object deleted and made again under its name while unwatched
+        # as a new uid: its old uid's delete must go first (same lane, per-object order).
+        self._by_name = {(k.namespace, k.name): uid for uid, k in self.known.items()}
 
     def list_item(self, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
         uid, rv = str(meta.get("uid")), str(meta.get("resourceVersion"))
         self._seen.add(uid)
         prev = self.known.get(uid)
+        if prev is None and self._by_name:
+            ns = meta.get("namespace") or None
+            old = self._by_name.get((ns, str(meta.get("name"))))
+            if old is not None and old != uid and old in self.known and old not in self._seen:
+                res = self.reflector.res
+                self._submit(self._outgoing("delete", self.known.pop(old).last_state(res, old)))
+                self._counts["delete"] += 1
         change = ("add" if prev is None else
                   "update" if prev.rv != rv or self._mode == "resync" else None)
         if change:
@@ -142,6 +153,7 @@ class ResourceWatcher(Sink):
             self._counts["delete"] += 1
             del self.known[uid]
         self._seen = set()
+        self._by_name = {}
         log.info("%s: %s of %d objects at resourceVersion %s: %d add, %d update, %d delete",
                  self.name, self._mode, len(self.known), resource_version, self._counts["add"],
                  self._counts["update"], self._counts["delete"],

@@ -162,6 +162,19 @@ def test_recorded_410_error_event_relists_and_emits_exactly_the_difference(
     assert "too old resource version" in caplog.text
 
 
+def test_a_relist_sends_the_delete_of_a_name_made_again_while_unwatched_before_its_add(
+        sink, run_loop) -> None:
+    """Deleted and created again under its name during the gap a 410 left: the re-list sees
+    a new uid. The old one's delete goes first, in the name's lane, as the watch would have
+    said it: a delete function that cleans up by name must not run after the new object's
+    add."""
+    kube = ScriptedKube([[cm("a", 10, uid="old")], [cm("a", 20, uid="new")]],
+                        [[EXPIRED_LINE]])
+    loop = run_loop(kube, expect=3)
+    assert changes(sink) == ["add old 10", "delete old 10", "add new 20"]
+    assert set(loop.known) == {"new"}
+
+
 def test_http_410_on_the_watch_request_relists_too(sink, run_loop) -> None:
     kube = ScriptedKube([[cm("a", 10)], [cm("a", 10)]],
                         [Conflict("too old", status=410, reason="Expired")])

@@ -226,16 +226,26 @@ class Store:
             self._removed.put(uid, time.monotonic())
 
     def replace_all(self, objs: Iterable[Obj], resource_version: str) -> None:
-        """The result of a (re)list: exactly these objects, at this resourceVersion."""
-        fresh = [slim(o) for o in objs]
+        """The result of a (re)list: exactly these objects, at this resourceVersion.
+
+        Applied as the difference from what the store holds, as the changes a watch would
+        have shown: an object gone (or made again under its name) counts as deleted, a
+        changed one keeps its history and records a lost controller, an unchanged one stays
+        as it is. A re-list after a 410 thus forgets nothing it must tell (a former owner,
+        a deletion's time) and keeps nothing of what is gone."""
+        fresh = {key_of(o): o for o in (slim(o) for o in objs)}
         with self._lock:
-            self._objects.clear()
-            self._by_namespace.clear()
-            self._by_name.clear()
-            self._by_owner.clear()
+            now = time.monotonic()
+            for key, current in list(self._objects.items()):
+                listed = fresh.get(key)
+                if listed is None or _uid(listed) != _uid(current):
+                    self._drop(key, current)
+                    self._removed.put(str(_uid(current)), now)
             self._gone.clear()
-            for obj in fresh:
-                self._put(obj)
+            for key, obj in fresh.items():
+                current = self._objects.get(key)
+                if current is None or _rv(current) != _rv(obj):
+                    self._put(obj)
             self.resource_version = resource_version
 
     # -- internals -------------------------------------------------------------------

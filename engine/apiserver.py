@@ -224,6 +224,10 @@ class KubeWriter:
                         if present:
                             raise
                         return parent  # gone: nothing left to hold
+                    if present and fresh["metadata"].get("deletionTimestamp"):
+                        # Deleted meanwhile: the API server takes no new finalizer now (a
+                        # 422). Not a failure: the caller sees it without the finalizer.
+                        return fresh
                     parent = fresh
             return self._set_finalizer(parent, finalizer, present)
 

@@ -110,6 +110,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
             if finalizer and finalizer not in finalizers:
                 parent = writer.set_finalizer(parent, finalizer, True)
                 reads.parent = parent
+                if finalizer not in (parent["metadata"].get("finalizers") or ()):
+                    # Deleted before it ever held the finalizer: nothing was made to clean.
+                    return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
             assert ctl.reconcile_fn is not None
             desired = _call(ctl, ctl.reconcile_fn, parent, reads)
         the_plan = plan(ctl, parent, desired, reads, terminating=terminating,

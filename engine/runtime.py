@@ -67,6 +67,7 @@ class _Seen:
 
     fingerprint: str
     status: Any
+    uid: str = ""
 
 
 def fingerprint(obj: Obj) -> str:
@@ -477,9 +478,14 @@ class Engine:
             before.wait()  # what the earlier runs saw is older than what this one saw
         after = store.get(key.namespace or None, key.name)
         if after is None:
-            self._seen.pop((ctl.name, key), None)
+            last = self._seen.pop((ctl.name, key), None)
+            # Gone: what was reported about it (conflicts, refusals) is forgotten too.
+            for uid in (last.uid if last else None, (parent or {}).get("metadata", {}).get("uid")):
+                if uid:
+                    self._conflicts.pop(str(uid), None)
         else:
-            self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"))
+            self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"),
+                                                str(after["metadata"].get("uid", "")))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
         return (f"{key}: {result.summary}", result.retry or result.unsettled,
                 result.requeue_after, result.status_before_writes)

@@ -263,9 +263,12 @@ class _WorldWriter:
         current = self._current(parent)
         if current is None:
             return parent
+        have = [f for f in current["metadata"].get("finalizers") or [] if f != finalizer]
+        if present and current["metadata"].get("deletionTimestamp") \
+                and finalizer not in (current["metadata"].get("finalizers") or ()):
+            return current  # being deleted: no new finalizer (KubeWriter's answer too)
         self._log("finalizer" if present else "unfinalize", parent)
         body = copy.deepcopy(current)
-        have = [f for f in body["metadata"].get("finalizers") or [] if f != finalizer]
         body["metadata"]["finalizers"] = [*have, finalizer] if present else have
         stored = self.world._store_obj(body)
         if not present and not have and body["metadata"].get("deletionTimestamp"):

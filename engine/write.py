@@ -322,6 +322,12 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     if current is None:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} existed at create "
                          "and was gone right after")
+    if current["metadata"].get("deletionTimestamp"):
+        # Deleted, held by a finalizer (a recreate's delete, or anyone's): it is going, so
+        # neither ours to update (an immutable one would be refused) nor a conflict. Made
+        # again by a later run, once it is gone.
+        raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} is still being "
+                         "deleted: made again once it is gone")
     if not is_ours(current, parent_uid):
         return "conflicts", Conflict(action.kind, action.namespace, action.name,
                                      "created by someone else meanwhile")

@@ -281,6 +281,20 @@ def prepare_secret(obj: Obj) -> None:
             data[key] = base64.b64encode(str(value).encode()).decode()
 
 
+def _new_finalizers(old: Obj, meta: Obj) -> list[Obj]:
+    """An object being deleted takes no new finalizer (it could then never go)."""
+    old_meta = old.get("metadata") or {}
+    if not old_meta.get("deletionTimestamp"):
+        return []
+    added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
+    if not added:
+        return []
+    found = "[]string{" + ", ".join(_q(f) for f in added) + "}"
+    return [cause("FieldValueForbidden", "metadata.finalizers",
+                  "Forbidden: no new finalizers can be added if the object is being deleted, "
+                  f"found new finalizers {found}")]
+
+
 def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
     """Raise 422 Invalid if ``new`` (replacing ``old``, None on create) breaks a rule."""
     meta = new.get("metadata") or {}
@@ -288,6 +302,8 @@ def admit(res: ResourceType, new: Obj, old: Obj | None) -> None:
     if old is None:
         causes += validate_name(res, str(meta.get("name", "")))
     causes += validate_meta(meta)
+    if old is not None:
+        causes += _new_finalizers(old, meta)
     kind = res.kind if res.group in ("", "apps", "batch") else ""
     if kind == "Job":
         causes += batch.job_causes(new, old)

@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from eventop.engine.apiserver import Echoes, KubeWriter
-from eventop.engine.controller import APPLIED_ANNOTATION
+from eventop.engine.controller import APPLIED_ANNOTATION, PARENT_UID_LABEL
+from eventop.engine.desired import Child
 from eventop.kube import Kube, NotFound
+from eventop.kube.errors import Invalid
 from eventop.kube.informer import Cache
 
 Obj = dict[str, Any]
@@ -186,7 +188,6 @@ def test_the_very_write_refused_moments_ago_is_refused_again_without_asking(
     """Every event about a child or its parent runs the parent: each run sent the same
     refused write again (22 in three minutes for one immutable field, on a real server)."""
     from eventop.engine import apiserver
-    from eventop.kube.errors import Invalid
 
     writer = KubeWriter(kube, Cache(kube, []), Echoes())
     created = writer.create({**configmap(a="1"), "immutable": True})
@@ -258,3 +259,64 @@ def test_a_finalizer_write_that_loses_a_race_reads_the_parent_again_instead_of_f
     kube.patch("v1", "ConfigMap", "raced", "default", {"data": {"again": "1"}})
     assert writer.set_finalizer(written, "eventop.dev/test", False)["metadata"].get(
         "finalizers") is None
+
+
+def test_a_finalizer_not_yet_added_to_a_parent_deleted_meanwhile_is_no_failure(
+        kube: Kube) -> None:
+    """Deleted right after it was made: the run read it before its deletion, its finalizer
+    patch loses the race (409), and the fresh read is being deleted. The API server takes
+    no new finalizer then (422): the run must see the parent going, not fail with a
+    ReconcileFailed Warning on an object that simply goes away. (Also run against the
+    real API server by ``test_cluster.py``.)"""
+    finalizer_on_a_parent_deleted_meanwhile(kube, "default")
+
+
+def finalizer_on_a_parent_deleted_meanwhile(kube: Kube, ns: str) -> None:
+    parent: Any = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "short-lived", "namespace": ns, "finalizers": ["other.example/keep"]}})
+    try:
+        kube.delete("v1", "ConfigMap", "short-lived", ns)
+        writer = KubeWriter(kube, Cache(kube, []), Echoes())
+        seen = writer.set_finalizer(parent, "eventop.dev/test", True)
+        assert seen["metadata"]["deletionTimestamp"]
+        assert seen["metadata"]["finalizers"] == ["other.example/keep"]
+        live = kube.get("v1", "ConfigMap", "short-lived", ns)
+        with pytest.raises(Invalid, match="no new finalizers can be added if the object is "
+                           r'being deleted, found new finalizers \[\]string\{"a/b"\}'):
+            kube.patch("v1", "ConfigMap", "short-lived", ns,
+                       {"metadata": {"finalizers": [*live["metadata"]["finalizers"], "a/b"]}})
+    finally:
+        kube.patch("v1", "ConfigMap", "short-lived", ns, {"metadata": {"finalizers": None}})
+
+
+def test_a_recreated_child_still_held_by_a_finalizer_is_made_again_later_not_refused(
+        kube: Kube) -> None:
+    """An immutable copy whose data changed is deleted and made again; someone's finalizer
+    keeps the old one a while. Its create finds the name taken by an object that is going:
+    the run is repeated later (a stale write), not an update refused as a WriteRefused
+    error in the rule's status. (Also run against the real API server.)"""
+    recreate_of_a_child_held_by_a_finalizer(kube, "default")
+
+
+def recreate_of_a_child_held_by_a_finalizer(kube: Kube, ns: str) -> None:
+    from eventop.engine.plan import Action, Plan
+    from eventop.engine.write import execute
+
+    old = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
+                       "data": {"v": "1"},
+                       "metadata": {"name": "held-copy", "namespace": ns,
+                                    "finalizers": ["other.example/keep"],
+                                    "labels": {PARENT_UID_LABEL: "rule-uid"}}})
+    desired = {"apiVersion": "v1", "kind": "ConfigMap", "immutable": True, "data": {"v": "2"},
+               "metadata": {"name": "held-copy", "namespace": ns,
+                            "labels": {PARENT_UID_LABEL: "rule-uid"}}}
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    try:
+        done = execute(Plan([Action("recreate", "ConfigMap", ns, "held-copy", desired, old,
+                                    Child(desired, mode="replace"))]),
+                       writer, {"metadata": {"uid": "rule-uid"}})
+        assert done.retry
+        assert [e.reason for e in done.errors] == ["StaleWrite"]
+        assert "still being deleted" in done.errors[0].message
+    finally:
+        kube.patch("v1", "ConfigMap", "held-copy", ns, {"metadata": {"finalizers": None}})

@@ -202,3 +202,23 @@ def test_a_childs_port_and_env_changed_by_apply_leave_nothing_behind_on_the_real
         assert "eventop.dev/created-not-applied" not in applied["metadata"]["annotations"]
     finally:
         kube.delete("v1", "Namespace", ns)
+
+
+@pytest.mark.parametrize("case", ["finalizer_on_a_parent_deleted_meanwhile",
+                                  "recreate_of_a_child_held_by_a_finalizer"])
+def test_writes_around_an_object_being_deleted_behave_as_on_the_local_server(case: str) -> None:
+    """The real API server refuses a new finalizer on an object being deleted, and keeps a
+    deleted object with a finalizer under its name: the engine's answers to both
+    (``test_apiserver.py``), on the real thing."""
+    from tests.engine import test_apiserver
+
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    ns = f"deleting-{uuid.uuid4().hex[:6]}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        getattr(test_apiserver, case)(kube, ns)
+    finally:
+        kube.delete("v1", "Namespace", ns, None)

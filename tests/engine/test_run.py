@@ -663,3 +663,26 @@ def test_a_patch_of_a_kind_the_controller_does_not_read_is_a_clear_error() -> No
     with pytest.raises(ValueError, match="patches v1/PersistentVolume, which it does not "
                                          r"declare: add it to reads=\[...\]"):
         world.reconcile(ctl, "a", "teams")
+
+
+def test_a_parent_deleted_before_it_held_the_finalizer_is_left_to_go_without_a_failure() -> None:
+    """The run read the parent just before its deletion; the finalizer it then adds is
+    refused (being deleted). Nothing was made for it yet: the run says it is going and
+    neither reconciles nor reports a failure."""
+    from eventop.engine.reads import Reads
+    from eventop.engine.run import run
+    from eventop.engine.testing import _WorldWriter
+
+    ctl = teams_controller()
+    ctl.finalize(lambda t, reads: Desired([], done=True))
+    held = team("a", ["ann"])
+    held["metadata"]["finalizers"] = ["example.com/other"]
+    world = World([held])
+    stale = world.get(TEAM, "a", "teams")
+    world.delete(TEAM, "a", "teams")
+    reads = Reads(world._lookup, ctl.kinds(), ctl.name, stale)
+    result = run(ctl, Key("teams", "a"), stale, reads, _WorldWriter(world, ctl.field_manager))
+    assert "is being deleted" in result.summary
+    assert world.get("v1/ConfigMap", "a-roster", "teams") is None
+    assert world.get(TEAM, "a", "teams")["metadata"]["finalizers"] == ["example.com/other"]
+    assert world.events == []

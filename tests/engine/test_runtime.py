@@ -672,3 +672,16 @@ def test_runs_of_a_parent_that_may_overlap_do_not_wait_for_a_slow_write_nor_repe
     finally:
         slow.set()
         eng.stop()
+
+
+def test_what_was_reported_about_a_parent_is_forgotten_once_it_is_gone(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """The conflicts and refusals already reported per parent (so that each is an Event
+    once) are kept while it lives, not for every parent the process ever saw."""
+    parent = local_kube.put(cm("brief", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    uid = parent["metadata"]["uid"]
+    assert uid in engine._conflicts
+    local_kube.remove("v1", "ConfigMap", "brief", NS)
+    assert submit(engine, "delete", parent).wait(20)
+    assert uid not in engine._conflicts

@@ -137,6 +137,12 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     step = _delete_volumes(observed, policy)
     step.children = done
     step.deletions = stopped + step.deletions
+    if done:  # the snapshot policy kept by a final backup: say where, as Snapshotted does
+        names = Names.of(spec.name)
+        step.events.append(("Normal", "FinalBackupKept",
+                            f"data kept in PersistentVolumeClaim {names.backup_pvc} (final "
+                            f"backup Job {names.final_backup_job}); data volumes deleted: "
+                            f"{', '.join(observe.pvc_names(observed)) or 'none'}"))
     return step
 
 

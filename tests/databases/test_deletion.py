@@ -129,6 +129,9 @@ def test_without_the_snapshot_api_a_final_backup_runs_while_the_server_still_run
     world.converge()
     assert world.db is None
     assert DATA not in world.objects and BACKUPS in world.objects
+    kept = [m for _, r, m in world.events if r == "FinalBackupKept"]
+    assert kept == ["data kept in PersistentVolumeClaim orders-backups (final backup Job "
+                    "orders-final-backup); data volumes deleted: data-orders-pg16-0"]
 
 
 def test_a_final_backup_that_times_out_is_reported_and_the_database_stays() -> None:

@@ -302,7 +302,7 @@ def _event(attributes: dict[str, Any], time: datetime | None, data: Any,
         extensions={k: str(v) for k, v in attributes.items() if k not in CORE},
     )
     if is_kube_type(event.type):
-        _check_kube_data(event, known)
+        _check_kube_data(event, known, attributes.get("datacontenttype"))
     return event
 
 
@@ -311,10 +311,14 @@ def _iso(time: datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
+def _check_kube_data(event: Event, known: dict[str, Any],
+                     content_type: str | None = None) -> None:
     """A Kubernetes event must say which object it is about, or no handler can be chosen."""
     data = event.data
     if not isinstance(data, dict):
+        if content_type and not _JSON_TYPE.match(content_type):
+            raise BadEvent(415, f"a {event.type} event carries its object as JSON "
+                                f"(application/json), not {content_type}", known)
         what = "no data" if data is None else f"{type(data).__name__} data"
         raise BadEvent(400, f"a {event.type} event needs a JSON object as data (the "
                             f"Kubernetes object, or an ObjectReference in Reference mode), "
@@ -337,6 +341,7 @@ def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
                    if not data.get(f) and not event.extensions.get(ext)]
         raise BadEvent(400, f"Reference-mode data must name the object: missing "
                             f"{', '.join(missing)}", known)
+    _check_extensions_agree(event, data, known)
     ref = event.ref
     if ref is not None:
         for what, value in (("name", ref.name), ("namespace", ref.namespace)):
@@ -344,6 +349,25 @@ def _check_kube_data(event: Event, known: dict[str, Any]) -> None:
                 raise BadEvent(400, f"no Kubernetes object can have the {what} {value!r} "
                                     "(names never contain '/', '%', '?' or '#', nor are '.' "
                                     "or '..')", known)
+
+
+def _check_extensions_agree(event: Event, data: dict[str, Any], known: dict[str, Any]) -> None:
+    """The ``kind``, ``apiversion``, ``name`` and ``namespace`` extensions are the routing
+    contract, and handlers act on the data: an event whose two say different objects is
+    malformed (a sender's bug, or a forgery), never routed by one and acted on as the other."""
+    extensions = event.extensions
+    if not extensions:
+        return
+    meta = data.get("metadata") if event.type.startswith(RESOURCE_PREFIX) else data
+    meta = meta if isinstance(meta, dict) else {}
+    said = (("kind", data.get("kind")), ("apiversion", data.get("apiVersion")),
+            ("name", meta.get("name")), ("namespace", meta.get("namespace")))
+    differ = [f"{ext} {extensions[ext]!r} in the extension, {value!r} in the data"
+              for ext, value in said
+              if value and extensions.get(ext) and extensions[ext] != value]
+    if differ:
+        raise BadEvent(400, "the event's extensions and its data name different objects: "
+                            + "; ".join(differ), known)
 
 
 _META_STRINGS = ("namespace", "uid", "resourceVersion", "deletionTimestamp", "creationTimestamp")

@@ -157,6 +157,28 @@ def test_kubernetes_event_with_non_object_data_is_rejected(
 
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/xml",
+                                          "application/octet-stream"])
+def test_a_kubernetes_event_whose_data_is_not_json_is_an_unsupported_content_type(
+        client: FlaskClient, content_type: str) -> None:
+    headers = ce_headers(ce_type="dev.knative.apiserver.resource.add", Content_Type=content_type)
+    resp = client.post("/", headers=headers, data=b"<ConfigMap/>")
+    assert resp.status_code == 415
+    assert resp.get_json()["error"] == (
+        "a dev.knative.apiserver.resource.add event carries its object as JSON "
+        f"(application/json), not {content_type}")
+
+
+def test_a_structured_kubernetes_event_saying_its_data_is_text_is_415(
+        client: FlaskClient) -> None:
+    body = {"specversion": "1.0", "id": "x", "source": "/t", "type":
+            "dev.knative.apiserver.resource.add", "datacontenttype": "text/plain",
+            "data": "apiVersion: v1"}
+    resp = client.post("/", data=json.dumps(body),
+                       headers={"Content-Type": "application/cloudevents+json"})
+    assert resp.status_code == 415
+
+
 @pytest.mark.parametrize(("obj", "missing"), [
     ({"kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion"),
     ({"apiVersion": "v1", "metadata": {"name": "x"}}, "kind"),
@@ -181,6 +203,39 @@ def test_reference_mode_data_without_a_name_is_rejected(client: FlaskClient) -> 
     assert resp.status_code == 400
     assert resp.get_json()["error"] == "Reference-mode data must name the object: missing name"
 
+
+
+@pytest.mark.parametrize(("mode", "extension", "value", "said"), [
+    ("resource", "kind", "ConfigMap", "kind 'ConfigMap' in the extension, 'Secret' in the data"),
+    ("resource", "apiversion", "apps/v1", "apiversion 'apps/v1' in the extension, 'v1' in the "
+                                          "data"),
+    ("resource", "name", "other", "name 'other' in the extension, 'cfg' in the data"),
+    ("ref", "namespace", "prod", "namespace 'prod' in the extension, 'a' in the data"),
+])
+def test_an_event_whose_extensions_and_data_name_different_objects_is_rejected(
+        client: FlaskClient, mode: str, extension: str, value: str, said: str) -> None:
+    """The extensions are the routing contract and handlers act on the data: routed by one
+    and acted on as the other, a forged or buggy event could reach a handler that never
+    asked for that kind."""
+    obj = {"apiVersion": "v1", "kind": "Secret" if extension == "kind" else "ConfigMap"}
+    data = ({**obj, "metadata": {"name": "cfg", "namespace": "a"}} if mode == "resource"
+            else {**obj, "name": "cfg", "namespace": "a"})
+    headers = ce_headers(ce_type=f"dev.knative.apiserver.{mode}.update",
+                         **{f"ce_{extension}": value})
+    resp = client.post("/", headers=headers, data=json.dumps(data))
+    assert resp.status_code == 400
+    assert resp.get_json()["error"] == (
+        f"the event's extensions and its data name different objects: {said}")
+
+
+def test_extensions_that_agree_with_the_data_or_are_absent_are_accepted(
+        client: FlaskClient) -> None:
+    data = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    for headers in (ce_headers(ce_type="dev.knative.apiserver.resource.add", ce_kind="Namespace",
+                               ce_name="team-a", ce_apiversion="v1"),
+                    ce_headers(ce_type="dev.knative.apiserver.resource.add")):
+        resp = client.post("/", headers=headers, data=json.dumps(data))
+        assert resp.status_code in (200, 202), resp.get_json()
 
 
 @pytest.mark.parametrize(("mode", "data", "what"), [

@@ -230,11 +230,14 @@ class WorkQueue:
             heapq.heappush(self._delayed, (due, next(self._seq), item))
             self._cond.notify()
 
-    def retry(self, item: Item) -> float:
-        """Request a run after this key's next backoff delay; returns the delay."""
+    def retry(self, item: Item, *, cap: float | None = None) -> float:
+        """Request a run after this key's next backoff delay (at most ``cap`` seconds, if
+        given); returns the delay."""
         with self._cond:
             state = self._states.setdefault(item, _State())
             delay = self.backoff.delay(state.failures)
+            if cap is not None:
+                delay = min(delay, cap)
             state.failures += 1
         self.add_after(item, delay)
         return delay

@@ -45,7 +45,8 @@ class RunResult:
     #: Some write lost a race: run again soon (with backoff), whatever the events say.
     retry: bool = False
     #: A child is not as desired (a conflict, a refused write): run again with growing
-    #: backoff (up to 5 minutes), as controller-runtime and kopf retry a failed reconcile.
+    #: backoff (up to 5 minutes; 30 s for a 403), as controller-runtime and kopf retry a
+    #: failed reconcile.
     #: What resolves it often sends no event this handler sees: an RBAC grant, an admission
     #: webhook fixed, a squatting object deleted, a namespace created.
     unsettled: bool = False

@@ -58,6 +58,11 @@ ROUTER_LEASE = "eventop-router"
 
 #: Runs in a row that one run's writes may start for its status (see ``Engine._work``).
 MAX_FOLLOWUPS = 3
+#: A run refused by the API server's authorization (403: an RBAC grant missing, removed, not
+#: yet in place) backs off to at most this many seconds, not the 5 minutes of other failures:
+#: what mends it, a grant applied again, sends no event, so the next try is what takes it up.
+#: One refused request per key per half minute.
+REFUSED_RETRY_CAP = 30.0
 
 
 @dataclass
@@ -392,7 +397,8 @@ class Engine:
                 result = Result(item, True, detail, None, time.perf_counter() - start)
                 RUNS.labels(name, "ok").inc()
                 if retry:  # (a lost race, or a child not as desired: see RunResult)
-                    self.queue.retry(item)
+                    self.queue.retry(item, cap=REFUSED_RETRY_CAP if retry == "forbidden"
+                                     else None)
                 else:
                     self.queue.forget(item)
                 if requeue:
@@ -408,7 +414,8 @@ class Engine:
                     self._followups[item] = followups + 1
                     self.queue.add(item)
             except Exception as exc:
-                delay = self.queue.retry(item)
+                delay = self.queue.retry(item, cap=REFUSED_RETRY_CAP
+                                         if isinstance(exc, errors.Forbidden) else None)
                 RUNS.labels(name, "error").inc()
                 expected = isinstance(exc, errors.KubeError | LookupError | ValueError)
                 log.error("%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
@@ -438,7 +445,7 @@ class Engine:
 
     def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
              end: threading.Event, released: list[bool]
-             ) -> tuple[str, bool, float | None, bool]:
+             ) -> tuple[str, bool | str, float | None, bool]:
         """One run of ``key``; ``before`` is set when the run before it has finished,
         ``end`` is set by the caller when this one has; ``released`` gets True once this
         run's writes are sent and the next run of the key may start."""
@@ -487,5 +494,8 @@ class Engine:
             self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"),
                                                 str(after["metadata"].get("uid", "")))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
-        return (f"{key}: {result.summary}", result.retry or result.unsettled,
+        retry: bool | str = result.retry or result.unsettled
+        if retry and result.outcome and any(e.status == 403 for e in result.outcome.errors):
+            retry = "forbidden"
+        return (f"{key}: {result.summary}", retry,
                 result.requeue_after, result.status_before_writes)

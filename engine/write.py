@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -28,8 +29,14 @@ from eventop.engine.controller import CREATED_ANNOTATION
 from eventop.engine.desired import Conflict, Note, Outcome, WriteError
 from eventop.engine.plan import Action, Plan, in_sync, is_ours, replacement
 from eventop.kube import errors
+from eventop.kube.recent import Recent
 
 log = logging.getLogger("eventop.engine")
+#: A refusal logged at warning is logged again only at debug for this long (seconds) while
+#: it keeps coming back the same: a grant removed from 30 copies is 30 lines, not 30 lines
+#: on every retry. Its status condition and Event say it all along.
+REFUSAL_LOG_SECONDS = 300.0
+_refusals_logged: Recent[tuple[str, str, str, str], tuple[int, float]] = Recent(4096)
 
 Obj = dict[str, Any]
 
@@ -246,9 +253,18 @@ def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
             else ""
         where = f"{action.namespace}/{action.name}" if action.namespace else action.name
         log.info("%s %s %s%s", done, action.kind, where, why)
+        _refusals_logged.pop((action.verb, action.kind, action.namespace, action.name))
     elif category == "errors":
-        log.warning("the API server refused to %s: %s (tried again with backoff)",
-                    action.verb, value)
+        slot = (action.verb, action.kind, action.namespace, action.name)
+        status, now = int(getattr(value, "status", 0) or 0), time.monotonic()
+        last = _refusals_logged.get(slot)
+        again = last is not None and last[0] == status and now - last[1] < REFUSAL_LOG_SECONDS
+        if not again:
+            _refusals_logged.put(slot, (status, now))
+        log.log(logging.DEBUG if again else logging.WARNING,
+                "the API server refused to %s: %s (tried again with backoff%s)", action.verb,
+                value, "" if again else "; the same refusal again is logged at debug for "
+                f"{REFUSAL_LOG_SECONDS:.0f} s")
     return category, value
 
 

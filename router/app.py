@@ -320,9 +320,10 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                           results=results)
         for o in failed:
             err = o.error
-            # An unavailable API server (or a cache behind it) is a condition, not a bug: its
-            # message says it all, and a traceback per retried event would bury the log.
-            trace = err is not None and not isinstance(err, Unavailable)
+            # The API server's answer (unavailable, a cache behind it, a refusal such as
+            # RBAC's 403) is a condition, not a bug: its message says it all, and a traceback
+            # per retried event would bury the log.
+            trace = err is not None and not isinstance(err, KubeError)
             log.error("handler %s failed on event %s: %s", o.handler, event.id, o.detail,
                       exc_info=(type(err), err, err.__traceback__) if trace else None,
                       extra={"fields": {**info, "handler": o.handler}})

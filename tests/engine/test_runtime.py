@@ -685,3 +685,76 @@ def test_what_was_reported_about_a_parent_is_forgotten_once_it_is_gone(
     local_kube.remove("v1", "ConfigMap", "brief", NS)
     assert submit(engine, "delete", parent).wait(20)
     assert uid not in engine._conflicts
+
+
+def test_a_run_refused_by_authorization_is_tried_again_within_the_short_cap(
+        local_kube: Any, kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 403 (a grant removed, or not applied yet) is mended by nothing this handler sees
+    an event of: its next try, at most REFUSED_RETRY_CAP later rather than minutes, is what
+    takes the grant up. Any other failure keeps the full backoff."""
+    from eventop.engine import runtime
+    from eventop.kube.backoff import Backoff
+    from eventop.kube.errors import Forbidden
+
+    monkeypatch.setattr(runtime, "REFUSED_RETRY_CAP", 0.1)
+    calls: dict[str, int] = {"forbidden": 0, "broken": 0}
+
+    def failing(parent: Obj, reads: Any) -> Desired:
+        name = parent["metadata"]["name"]
+        if name in calls:
+            calls[name] += 1
+            if name == "forbidden":
+                raise Forbidden('configmaps "x" is forbidden: User "system:serviceaccount:'
+                                'eventop-system:eventop-router" cannot patch resource')
+            raise ValueError("a bug")
+        return Desired()
+
+    ctl = Controller("refused", parent="v1/ConfigMap", registry=Registry(), module="tests.engine")
+    ctl.reconcile(failing)
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    local_kube.put(cm("forbidden"))
+    local_kube.put(cm("broken"))
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=5.0))
+    eng.queue.backoff = Backoff(60.0, 300.0)  # uncapped, a retry would wait 30 s or more
+    eng.start()
+    try:
+        assert wait_until(lambda: calls["forbidden"] >= 4, 10), calls
+        assert calls["broken"] == 1
+    finally:
+        eng.stop()
+
+
+def test_a_child_write_refused_by_authorization_is_tried_again_within_the_short_cap(
+        local_kube: Any, kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventop.engine import runtime
+    from eventop.kube.backoff import Backoff
+    from eventop.kube.errors import Forbidden
+
+    monkeypatch.setattr(runtime, "REFUSED_RETRY_CAP", 0.1)
+    runs: list[str] = []
+
+    def wants_a_secret(parent: Obj, reads: Any) -> Desired:
+        if parent["metadata"]["name"] != "guarded":
+            return Desired()
+        runs.append("guarded")
+        return Desired([{"apiVersion": "v1", "kind": "Secret",
+                         "metadata": {"name": "guarded-copy", "namespace": NS}}], status=None)
+
+    ctl = Controller("guarded", parent="v1/ConfigMap", owns=["v1/Secret"], registry=Registry(),
+                     module="tests.engine")
+    ctl.reconcile(wants_a_secret)
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    local_kube.put(cm("guarded"))
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=5.0))
+    eng.queue.backoff = Backoff(60.0, 300.0)
+
+    def refused(obj: Obj) -> Obj:
+        raise Forbidden('secrets is forbidden: User "system:serviceaccount:eventop-system:'
+                        'eventop-router" cannot create resource "secrets"')
+
+    monkeypatch.setattr(eng.writers["guarded"].kube, "create", refused)
+    eng.start()
+    try:
+        assert wait_until(lambda: len(runs) >= 4, 10), runs
+    finally:
+        eng.stop()

@@ -101,3 +101,37 @@ def test_a_refusal_keeps_the_api_servers_whole_message_on_one_line() -> None:
     assert one_line(escalation).endswith('held: {APIGroups:[""], Resources:["pods"], '
                                          'Verbs:["create"]}')
     assert len(one_line("x" * 5000)) == MESSAGE_LIMIT
+
+
+def test_a_refusal_that_keeps_coming_back_is_a_warning_once_then_debug_until_it_changes(
+        caplog: Any, monkeypatch: Any) -> None:
+    """An RBAC grant removed refuses every copy on every retry: one warning per write, not
+    per retry (the status condition and the Event say it all along); a different answer,
+    or a success in between, is news again."""
+    import logging
+
+    from eventop.engine import write
+    from eventop.kube.errors import Forbidden, Invalid
+    from eventop.kube.recent import Recent
+
+    monkeypatch.setattr(write, "_refusals_logged", Recent(16))  # nothing from other tests
+
+    answers: list[Exception | None] = [Forbidden("secrets is forbidden"),
+                                       Forbidden("secrets is forbidden"),
+                                       Invalid("data: Invalid value"), None,
+                                       Forbidden("secrets is forbidden")]
+
+    class Refusing:
+        def create(self, obj: Obj) -> Obj:
+            answer = answers.pop(0)
+            if answer is not None:
+                raise answer
+            return obj
+
+    with caplog.at_level(logging.DEBUG, "eventop.engine"):
+        for _ in range(5):
+            execute(create("x"), Refusing(), PARENT)  # type: ignore[arg-type]
+    levels = [(r.levelname, "Forbidden" if "forbidden" in r.getMessage() else "other")
+              for r in caplog.records if "refused" in r.getMessage()]
+    assert levels == [("WARNING", "Forbidden"), ("DEBUG", "Forbidden"), ("WARNING", "other"),
+                      ("WARNING", "Forbidden")]

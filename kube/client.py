@@ -108,8 +108,8 @@ class Kube:
                                      _request_timeout=timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
             KUBE_REQUESTS.labels(verb, resource_label(path), "error", self.field_manager).inc()
-            raise errors.Unavailable(
-                f"{verb} {path}: Kubernetes API unreachable at {self.host}: {exc}") from exc
+            raise errors.Unavailable(f"{verb} {path}: Kubernetes API unreachable at "
+                                     f"{self.host}: {errors.transport_reason(exc)}") from exc
         KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
                              self.field_manager).inc()
         if stream and 200 <= resp.status < 300:
@@ -120,7 +120,8 @@ class Kube:
             data = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise errors.Unavailable(f"{verb} {path}: the answer from {self.host} broke off "
-                                     f"(HTTP {resp.status}): {exc}") from exc
+                                     f"(HTTP {resp.status}): {errors.transport_reason(exc)}"
+                                     ) from exc
         if not 200 <= resp.status < 300:
             raise errors.from_response(resp.status, data, f"{verb} {path}")
         try:

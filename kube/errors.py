@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any
 
+import urllib3
+
 
 class KubeError(Exception):
     """An API request failed. ``status`` is the HTTP code, ``reason`` the Status reason."""
@@ -105,6 +107,35 @@ class Unavailable(KubeError):
 _BY_STATUS: dict[int, type[KubeError]] = {
     400: Invalid, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Expired, 422: Invalid,
 }
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^)\]]+)")
+
+
+def transport_reason(exc: BaseException) -> str:
+    """Why a request got no answer, in a few words ("connection refused", "read timed out",
+    "cannot resolve host 'x': Name or service not known") instead of urllib3's
+    300-character chain of pools, URLs and object reprs, repeated on every retry."""
+    reason: BaseException = exc
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        reason = exc.reason
+    if isinstance(reason, urllib3.exceptions.NameResolutionError):
+        found = _ERRNO.search(str(reason))
+        return f"cannot resolve host {reason.conn.host!r}" + (f": {found.group(1)}" if found
+                                                              else "")
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):  # (a ConnectTimeoutError)
+        found = _ERRNO.search(str(reason))
+        return found.group(1).lower() if found else "cannot connect"
+    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+        return "connect timed out"
+    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+        return "read timed out"
+    if isinstance(reason, urllib3.exceptions.SSLError):
+        return f"TLS: {str(reason)[:200]}"
+    if isinstance(reason, urllib3.exceptions.ProtocolError):
+        inner = reason.args[1] if len(reason.args) > 1 else None
+        return f"connection broken ({inner!r})" if inner is not None else "connection broken"
+    return str(reason)[:300]
 
 
 def from_response(status: int, body: bytes, what: str) -> KubeError:

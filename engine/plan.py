@@ -187,7 +187,10 @@ def prepare(child: Child, parent: Obj, ctl: Controller | None = None) -> Obj:
     else:
         meta["labels"] = {**(meta.get("labels") or {}), PARENT_UID_LABEL: uid}
     obj["metadata"] = meta
-    if child.mode == "apply":
+    if child.mode in ("apply", "create"):
+        # (a "create" child too: a handler may apply it once made, as the databases handler
+        # does with a credentials Secret it generated; its first run in apply mode then finds
+        # it as applied, instead of applying it again only because the digest is missing)
         meta["annotations"] = {**(meta.get("annotations") or {}),
                                APPLIED_ANNOTATION: applied_hash(obj)}
     return obj

@@ -322,7 +322,7 @@ def _create(action: Action, writer: Writer, parent_uid: str,
     conflict, never merged into."""
     assert action.desired is not None and action.child is not None
     body = action.desired
-    if action.child.mode == "apply":  # its first apply hands the POST's fields over first
+    if action.child.mode in ("apply", "create"):  # a first apply hands the POST's fields over
         meta = body["metadata"]
         body = {**body, "metadata": {**meta, "annotations": {
             **(meta.get("annotations") or {}), CREATED_ANNOTATION: "true"}}}

@@ -229,6 +229,16 @@ def configure(level: str | None = None, *, force: bool = False,
         _warnings_as_lines(handler)
 
 
+class _OneLine(logging.Filter):
+    """A captured warning in one line: Python formats it as ``file:line: Category: text``
+    followed by the source line that warned, which is noise in a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg).strip()
+        record.msg, record.args = text.split("\n", 1)[0], None
+        return True
+
+
 def _warnings_as_lines(handler: logging.Handler) -> None:
     """Python warnings become log lines in the same format, and urllib3's warning about a
     kubeconfig with ``insecure-skip-tls-verify`` comes once, not with every API request.
@@ -243,5 +253,7 @@ def _warnings_as_lines(handler: logging.Handler) -> None:
     captured = logging.getLogger("py.warnings")
     if handler not in captured.handlers:
         captured.addHandler(handler)
+    if not any(isinstance(f, _OneLine) for f in captured.filters):
+        captured.addFilter(_OneLine())
     captured.propagate = False
     warnings.filterwarnings("once", category=InsecureRequestWarning)

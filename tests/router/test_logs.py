@@ -103,11 +103,14 @@ for _ in range(3):
     warnings.warn("Unverified HTTPS request is being made to host '10.0.0.1'",
                   InsecureRequestWarning, stacklevel=1)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    script = tmp_path / "warns.py"  # a file: Python adds the source line that warned
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
     lines = [json.loads(line) for line in proc.stderr.splitlines()]
     assert len(lines) == 1 and lines[0]["logger"] == "py.warnings"
     assert "InsecureRequestWarning: Unverified HTTPS request" in lines[0]["message"]
+    assert "\n" not in lines[0]["message"] and "warnings.warn" not in lines[0]["message"]
 
 
 # -- the log lines, formatted in this process --------------------------------------------------

@@ -128,12 +128,19 @@ class Outcome:
     #: Desired children not written because their namespace is terminating or the object
     #: is being deleted (it is created again once it is gone).
     skipped: list[Obj] = field(default_factory=list)
-    #: A write lost a race with another writer twice: the run is repeated shortly.
+    #: A write lost a race with another writer: the run is repeated shortly.
     retry: bool = False
 
     @property
     def in_place(self) -> list[Obj]:
         return [*self.created, *self.updated, *self.unchanged]
+
+    @property
+    def refused(self) -> list[WriteError]:
+        """The writes the API server refused: ``errors`` without the lost races (a write
+        that found its object changed by another writer, repeated on a fresh view: it mends
+        itself and is nothing to report)."""
+        return [e for e in self.errors if e.reason != "StaleWrite"]
 
     def after(self, earlier: Outcome) -> Outcome:
         """This outcome with an ``earlier`` one of the same run (written before it) first."""

@@ -190,7 +190,7 @@ def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
         str(e): Note("Warning", "WriteRefused", f"the API server refused to {e}: "
                      f"{_what_to_do(e)}; tried again with backoff (at most every 5 minutes) "
                      "and whenever something changes")
-        for e in outcome.errors if e.reason != "StaleWrite"})  # (a lost race: run again)
+        for e in outcome.refused})
 
 
 def _what_to_do(error: WriteError) -> str:

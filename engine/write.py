@@ -349,7 +349,10 @@ def _create(action: Action, writer: Writer, parent_uid: str,
                                      "created by someone else meanwhile")
     if action.child.mode == "create" or in_sync(action.child, current, action.desired):
         return "unchanged", current
-    return "updated", _update(action, writer, current)
+    # Made meanwhile (by another replica) from what it read, perhaps newer than what this run
+    # read: not overwritten with this run's older view; the run is repeated on a fresh one.
+    raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} was made by another "
+                     "writer meanwhile, differently: the run is repeated on a fresh read")
 
 
 def _update(action: Action, writer: Writer, existing: Obj | None) -> Obj:
@@ -366,11 +369,12 @@ def _update(action: Action, writer: Writer, existing: Obj | None) -> Obj:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} went away")
     if in_sync(action.child, fresh, action.desired):
         return fresh
-    try:
-        return writer.replace(replacement(fresh, action.desired))
-    except errors.Conflict as exc:
-        raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} keeps changing: "
-                         f"{exc}") from exc
+    # Changed by another writer since this run read it: another router replica, perhaps from
+    # a newer source than this run read (a copy would then go back to older data for a
+    # moment, as a reviewer saw with two replicas in a burst). Not overwritten with what this
+    # run worked out; the run is repeated on a fresh view.
+    raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} changed since it was "
+                     "read: the run is repeated on a fresh view")
 
 
 def _terminating(exc: errors.KubeError) -> bool:

@@ -94,6 +94,12 @@ class Verbs(_Base):
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request(f"the name of the object ({meta['name']}) does not "
                                          f"match the name on the URL ({name})")
+            if res.custom and not meta.get("resourceVersion"):
+                # A custom resource has no unconditional update (its strategy's
+                # AllowUnconditionalUpdate is false); built-in kinds such as ConfigMaps have.
+                raise errors.invalid(res.plural, res.group, name, [errors.cause(
+                    "FieldValueInvalid", "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update")])
             self._preconditions(res, rec, meta)
             base = _given_managers(rec, body, subresource)
             new = self._merge_system(res, rec.obj, copy.deepcopy(body), subresource)

@@ -145,7 +145,7 @@ def rule_status(rule: Obj, sources: int, outcome: Outcome) -> Obj:
     does not manage) and the writes the API server refused."""
     old = dict(rule.get("status") or {})
     conflicts = sorted(str(c) for c in outcome.conflicts)
-    errors = [str(e) for e in outcome.errors]
+    errors = [str(e) for e in outcome.refused]  # (a lost race mends itself: not counted)
     copies = len(outcome.in_place)
     generation = (rule.get("metadata") or {}).get("generation")
     status = dict(old)

@@ -127,8 +127,7 @@ def with_outcome(status: Obj, outcome: Outcome) -> Obj:
     """The status, with ``Ready`` False while a child could not be written: an object of
     someone else's at its name (a Service ``pay`` made by hand: the Database would report
     an endpoint that is not its own), or a write the API server refused."""
-    # (a write that lost a race with another writer is repeated at once: not a refusal)
-    refused = [e for e in outcome.errors if e.reason != "StaleWrite"]
+    refused = outcome.refused
     if outcome.conflicts:
         first = outcome.conflicts[0]
         reason, message = "ChildConflict", (

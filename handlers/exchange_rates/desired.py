@@ -178,8 +178,8 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
     def problem(outcome: Outcome) -> tuple[str, str] | None:
         if outcome.conflicts:  # someone made one at the name after the cache saw none
             return "ConfigMapConflict", _taken(cr)
-        if outcome.errors:
-            return "ConfigMapRefused", f"the API server refused {outcome.errors[0]}"
+        if outcome.refused:
+            return "ConfigMapRefused", f"the API server refused {outcome.refused[0]}"
         return None
 
     def status(outcome: Outcome) -> Obj:

@@ -178,7 +178,7 @@ def foreign_objects(mirror: Obj, existing: list[Obj | None]) -> Problem | None:
 def write_problems(outcome: Outcome, spec: MirrorSpec, resize: bool) -> list[Problem]:
     """What the API server refused, or someone created at our names meanwhile."""
     problems = []
-    for error in outcome.errors:
+    for error in outcome.refused:
         refusal = f"({error.status} {error.reason}): {error.message}"
         if error.kind == "PersistentVolumeClaim" and resize:
             problems.append(Problem("ResizeRefused", "the API server refused to resize "

@@ -261,3 +261,20 @@ def test_may_target_rules_out_namespaces_whatever_their_labels() -> None:
         for r in (rule(), rule(targets={"names": ["team-b"]})):
             if d.is_target(r, ns(name)):
                 assert d.may_target(r, name)
+
+
+def test_a_write_that_lost_a_race_is_no_error_in_the_rules_status() -> None:
+    """With two router replicas a copy is sometimes changed by the other between this run's
+    read and its write: the run is repeated, nothing was refused. It used to show as
+    ``errors: 1`` and a ``lastError`` beside ``Ready=True`` (a reviewer's report)."""
+    from eventop.engine.desired import Outcome, WriteError
+    from eventop.handlers.copy_rules.controller import rule_status
+
+    lost = WriteError("update", "ConfigMap", "app-5", "settings", "changed since it was read",
+                      409, "StaleWrite")
+    refused = WriteError("update", "ConfigMap", "app-6", "settings", "secrets is forbidden",
+                         403, "Forbidden")
+    quiet = rule_status(rule(), 1, Outcome(errors=[lost], retry=True))
+    assert quiet["errors"] == 0 and "lastError" not in quiet
+    loud = rule_status(rule(), 1, Outcome(errors=[lost, refused]))
+    assert loud["errors"] == 1 and "forbidden" in loud["lastError"]

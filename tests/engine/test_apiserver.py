@@ -320,3 +320,27 @@ def recreate_of_a_child_held_by_a_finalizer(kube: Kube, ns: str) -> None:
         assert "still being deleted" in done.errors[0].message
     finally:
         kube.patch("v1", "ConfigMap", "held-copy", ns, {"metadata": {"finalizers": None}})
+
+
+def test_a_replace_that_lost_a_race_never_writes_its_older_view_over_the_winner(
+        kube: Kube) -> None:
+    """Two router replicas, a source changed twice in a burst: the replica whose run read
+    the older source finds the copy changed by the other (409). Writing its view again on
+    the fresh copy put older data back for a moment (a reviewer saw copies go 2, 4, 2, 4);
+    now the run is repeated on a fresh view instead."""
+    from eventop.engine.plan import Action, Plan
+    from eventop.engine.write import execute
+
+    read = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"v": "1"},
+                        "metadata": {"name": "raced-copy", "namespace": "default",
+                                     "labels": {PARENT_UID_LABEL: "rule-uid"}}})
+    kube.replace({**read, "data": {"v": "4"}})  # the other replica, from the newer source
+    older = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"v": "2"},
+             "metadata": {"name": "raced-copy", "namespace": "default",
+                          "labels": {PARENT_UID_LABEL: "rule-uid"}}}
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    done = execute(Plan([Action("update", "ConfigMap", "default", "raced-copy", older, read,
+                                Child(older, mode="replace"))]),
+                   writer, {"metadata": {"uid": "rule-uid"}})
+    assert done.retry and [e.reason for e in done.errors] == ["StaleWrite"]
+    assert kube.get("v1", "ConfigMap", "raced-copy", "default")["data"] == {"v": "4"}

@@ -200,9 +200,15 @@ class KubeWriter:
         return found
 
     def patch_status(self, parent: Obj, status: Obj) -> Obj:
+        """The status, onto the version of the parent the run worked from: changed since
+        (the other router replica wrote the same transition, a spec edit), the write is a
+        409 and the run is repeated on the fresh parent. Without the precondition both
+        replicas wrote each transition and posted its Events twice, and a replica that was
+        behind could put an older status back."""
         try:
             with self._write(parent):
-                return self._wrote(self.kube.patch_status(parent, status))
+                return self._wrote(self.kube.patch_status(
+                    parent, status, resource_version=parent["metadata"].get("resourceVersion")))
         except errors.NotFound:
             return parent  # deleted meanwhile: nothing left to report on
 

@@ -144,8 +144,20 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         overtaken = pipeline.overtaken()
     if not overtaken and status is not None \
             and status_changed(parent.get("status") or {}, status):
-        parent = writer.patch_status(parent, status)
-        result.status_written = True
+        try:
+            parent = writer.patch_status(parent, status)
+            result.status_written = True
+        except errors.Conflict:
+            # The parent changed since this run read it. Mostly the other router replica,
+            # having run the same change, wrote this very status (and posted its Events):
+            # nothing left to do. Else (a spec edit, a status this run would put back) the
+            # run is repeated on the fresh parent.
+            fresh = writer.read_after_conflict(parent, parent["metadata"].get("resourceVersion"))
+            if fresh is not None and not status_changed(fresh.get("status") or {}, status):
+                parent = fresh
+            else:
+                result.retry = True
+                result.summary += "; status not written: the parent changed meanwhile"
     notes = desired.notes_for(outcome)
     result.notes = notes if result.status_written or (status is None and not overtaken) \
         else [n for n in notes if n.every_run]

@@ -376,14 +376,19 @@ class Kube:
                                    query=[("fieldManager", self.field_manager)])
         return result
 
-    def patch_status(self, obj: Obj, status: Obj) -> Obj:
-        """Merge-patch ``status`` through the status subresource of ``obj``.
+    def patch_status(self, obj: Obj, status: Obj, *, resource_version: str | None = None
+                     ) -> Obj:
+        """Merge-patch ``status`` through the status subresource of ``obj``; with
+        ``resource_version``, only onto that version (409 Conflict if it changed since).
 
         Lists (conditions) are replaced whole, so pass the complete list.
         """
         meta = obj["metadata"]
+        body: Obj = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         return self.patch(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"),
-                          {"status": status}, subresource="status")
+                          body, subresource="status")
 
     def patch_status_if_changed(self, obj: Obj, status: Obj) -> bool:
         """:meth:`patch_status` unless every key of ``status`` already holds that value in

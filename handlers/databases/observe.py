@@ -211,5 +211,10 @@ def pvc_names(observed: Observed) -> list[str]:
 
 
 def snapshot_names(observed: Observed, db_uid: str, names: Names) -> dict[str, str]:
-    """Data volume -> the name of its deletion snapshot."""
-    return {pvc: names.snapshot(pvc, db_uid) for pvc in pvc_names(observed)}
+    """Data volume -> the name of its deletion snapshot. Only bound claims: one never bound
+    (a Database deleted before its pod was scheduled, a WaitForFirstConsumer class) holds
+    no data, and the CSI snapshotter never snapshots it (the deletion would wait out the
+    snapshot timeout, then stay until the user changed its policy)."""
+    return {p["metadata"]["name"]: names.snapshot(p["metadata"]["name"], db_uid)
+            for p in sorted(observed.data_pvcs, key=lambda p: p["metadata"]["name"])
+            if (p.get("status") or {}).get("phase") == "Bound"}

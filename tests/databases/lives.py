@@ -277,6 +277,7 @@ def delete_with_snapshots(life: Life) -> list[str]:
     deleted and the Database gone; the snapshots, Secret and backups stay."""
     volumes = data_volumes(life)
     assert volumes, "no data volumes to snapshot"
+    life.play.volumes_bound(life.namespace)  # a claim never bound holds nothing to snapshot
     password = life.password()
     running = servers(life)
     life.delete()

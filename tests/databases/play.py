@@ -12,7 +12,10 @@ writes only what those components would write:
 * the Job controller's verdict: a Job Complete or Failed (its status);
 * the CronJob controller's run: a Job from the CronJob's template, owned by it (what
   ``kubectl create job --from=cronjob/...`` makes: the schedule is hours away);
-* the snapshot controller: a VolumeSnapshot ``readyToUse``, or its error.
+* the snapshot controller: a VolumeSnapshot ``readyToUse``, or its error;
+* a storage provisioner (the test cluster runs none; the local API server binds claims at
+  once): a PersistentVolume for each data claim, which the cluster's own volume controller
+  binds through its ``claimRef``. Labelled with the namespace, for the test to delete.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from eventop.testing import Cluster
 
 Obj = dict[str, Any]
 SNAPSHOTS = "snapshot.storage.k8s.io/v1"
+PLAYED_VOLUME = "eventop.dev/test-volume-for"  # label: the namespace a played volume serves
 
 
 class Components:
@@ -60,8 +64,38 @@ class Components:
             for pod in self.kube.list("v1", "Pod", namespace, label_selector=selector):
                 if not pod["metadata"].get("deletionTimestamp") and not _ready(pod):
                     self._pod_ready(pod)
+            self._provision(name, namespace)
             return False
         self.cluster.wait_for(step, self.timeout, f"StatefulSet {name} ready")
+        self._provision(name, namespace)
+
+    def _provision(self, statefulset: str, namespace: str) -> None:
+        """A volume for each data claim of the StatefulSet that has none (and no volume
+        naming it already: a test may bring its own), bound by the volume controller."""
+        claimed = {(ref.get("namespace"), ref.get("name")) for ref in (
+            (pv.get("spec") or {}).get("claimRef") or {}
+            for pv in self.kube.list("v1", "PersistentVolume"))}
+        for claim in self.kube.list("v1", "PersistentVolumeClaim", namespace):
+            meta, spec = claim["metadata"], claim.get("spec") or {}
+            if not meta["name"].startswith(f"data-{statefulset}-") or spec.get("volumeName") \
+                    or meta.get("deletionTimestamp") or (namespace, meta["name"]) in claimed:
+                continue
+            self.cluster.put({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": f"pv-{meta['uid']}", "labels": {PLAYED_VOLUME: namespace}},
+                "spec": {"capacity": dict((spec.get("resources") or {}).get("requests") or {}),
+                         "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+                         "storageClassName": spec.get("storageClassName") or "",
+                         "persistentVolumeReclaimPolicy": "Retain",
+                         "csi": {"driver": "disk.csi.example.com", "volumeHandle": meta["uid"]},
+                         "claimRef": {"namespace": namespace, "name": meta["name"]}}})
+
+    def volumes_bound(self, namespace: str) -> None:
+        """Every data claim in ``namespace`` Bound (on the local API server they are)."""
+        self.cluster.wait_for(lambda: all(
+            (c.get("status") or {}).get("phase") == "Bound"
+            for c in self.kube.list("v1", "PersistentVolumeClaim", namespace)
+            if c["metadata"]["name"].startswith("data-")), self.timeout, "data claims bound")
 
     def _pod_ready(self, pod: Obj) -> None:
         now = stamp()

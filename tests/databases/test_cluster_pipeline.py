@@ -26,7 +26,7 @@ from eventop.testing import Pipeline, RealCluster, wait_until
 from eventop.testing.cluster import load_crds
 from tests.databases import lives
 from tests.databases.lives import DB, Life
-from tests.databases.play import SNAPSHOTS, Components
+from tests.databases.play import PLAYED_VOLUME, SNAPSHOTS, Components
 from tests.databases.test_pipeline import EVERY_HANDLER
 
 pytestmark = pytest.mark.cluster
@@ -61,6 +61,10 @@ def restricted_namespace(cluster: RealCluster) -> Iterator[str]:
                 cluster.kube.patch("eventop.dev/v1", "Database", db["metadata"]["name"], name,
                                    {"metadata": {"finalizers": None}})
         cluster.kube.delete("v1", "Namespace", name)
+        for pv in cluster.kube.list("v1", "PersistentVolume",
+                                    label_selector=f"{PLAYED_VOLUME}={name}"):
+            with contextlib.suppress(KubeError):
+                cluster.kube.delete("v1", "PersistentVolume", pv["metadata"]["name"])
 
 
 @pytest.fixture

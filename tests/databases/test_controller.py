@@ -97,7 +97,7 @@ def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
                "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
                             "labels": {**template["labels"],
                                        **sts["spec"]["selector"]["matchLabels"]}},
-               "spec": {}})
+               "spec": {}, "status": {"phase": "Bound"}})
     world.converge(databases)
     world.delete(DB, "orders", "shop")
     world.converge(databases)

@@ -81,6 +81,22 @@ def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready
     assert source == {"persistentVolumeClaimName": "data-orders-pg16-0"}
 
 
+def test_a_claim_never_bound_is_not_snapshotted_but_deleted() -> None:
+    """Deleted before its pod was ever scheduled (a WaitForFirstConsumer class): the claim
+    holds no data and the CSI snapshotter would never snapshot it. Waiting for that
+    snapshot kept the Database for the 30 minutes of the timeout, then for good."""
+    world = created(World(database(replicas=2)))
+    world.get(*DATA)["status"] = {"phase": "Pending"}
+    world.delete()
+    world.converge()
+    servers_stopped(world)
+    world.converge()
+    assert world.names("VolumeSnapshot") == ["data-orders-pg16-1-6f1c2a9e"]
+    world.snapshot_done("data-orders-pg16-1-6f1c2a9e")
+    world.converge()
+    assert world.db is None and DATA not in world.objects
+
+
 @pytest.mark.parametrize("failure", ["error", "timeout"])
 def test_a_failed_or_late_snapshot_keeps_the_database_and_its_data(failure: str) -> None:
     world = created(World(database()))

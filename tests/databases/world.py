@@ -173,7 +173,7 @@ class World:
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": f"data-{name}-{i}", "labels": {
                     **template["labels"], **sts["spec"]["selector"]["matchLabels"]}},
-                "spec": {}}
+                "spec": {}, "status": {"phase": "Bound"}}  # (a provisioner bound it)
 
     def statefulset_rolling(self, name: str) -> None:
         sts = self.get("StatefulSet", name)

@@ -344,3 +344,54 @@ def test_a_replace_that_lost_a_race_never_writes_its_older_view_over_the_winner(
                    writer, {"metadata": {"uid": "rule-uid"}})
     assert done.retry and [e.reason for e in done.errors] == ["StaleWrite"]
     assert kube.get("v1", "ConfigMap", "raced-copy", "default")["data"] == {"v": "4"}
+
+
+def test_two_replicas_running_one_change_write_its_status_and_events_once(kube: Kube) -> None:
+    """Both router replicas run the same change (the leader from its watch, the other from
+    the watcher's event) from the same version of the parent. The second status write
+    finds the parent changed (409) and the status already there: no second write, and the
+    change's Event is not posted again (every lifecycle Event had count 2)."""
+    from eventop.engine import Controller, Desired, Key, Note
+    from eventop.engine.reads import Reads
+    from eventop.engine.run import run
+    from eventop.handlers import Registry
+
+    ctl = Controller("rates-once", parent="eventop.dev/v1/ExchangeRate", registry=Registry())
+    ctl.reconcile(lambda cr, reads: Desired(status={"rate": "1.0812"},
+                                            events=[Note("Normal", "RateFetched", "1.0812")]))
+    read = kube.create({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                        "metadata": {"name": "usd-once", "namespace": "default"},
+                        "spec": {"base": "EUR", "currency": "USD"}})
+    replicas = [KubeWriter(kube.for_manager(f"eventop-rates-{i}"), Cache(kube, []), Echoes())
+                for i in (1, 2)]
+    results = [run(ctl, Key("default", "usd-once"), read,
+                   Reads(lambda *_: None, ctl.kinds(), ctl.name, read), writer)
+               for writer in replicas]
+    assert [r.status_written for r in results] == [True, False]
+    assert not results[1].retry
+    events = [e for e in kube.list("v1", "Event", "default")
+              if e["involvedObject"]["name"] == "usd-once"]
+    assert [(e["reason"], e.get("count")) for e in events] == [("RateFetched", 1)]
+    assert kube.get("eventop.dev/v1", "ExchangeRate", "usd-once", "default")["status"] == {
+        "rate": "1.0812"}
+
+
+def test_a_status_worked_out_from_an_older_parent_is_not_written_over_a_newer_one(
+        kube: Kube) -> None:
+    from eventop.engine import Controller, Desired, Key
+    from eventop.engine.reads import Reads
+    from eventop.engine.run import run
+    from eventop.handlers import Registry
+
+    ctl = Controller("rates-behind", parent="eventop.dev/v1/ExchangeRate", registry=Registry())
+    ctl.reconcile(lambda cr, reads: Desired(status={"rate": "0.9"}))
+    read = kube.create({"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                        "metadata": {"name": "usd-behind", "namespace": "default"},
+                        "spec": {"base": "EUR", "currency": "USD"}})
+    kube.patch_status(read, {"rate": "1.1"})  # the other replica, from a newer answer
+    writer = KubeWriter(kube, Cache(kube, []), Echoes())
+    result = run(ctl, Key("default", "usd-behind"), read,
+                 Reads(lambda *_: None, ctl.kinds(), ctl.name, read), writer)
+    assert result.retry and not result.status_written  # run again, on the newer parent
+    assert kube.get("eventop.dev/v1", "ExchangeRate", "usd-behind", "default")["status"] == {
+        "rate": "1.1"}

@@ -236,7 +236,7 @@ class Reflector:
     def run(self) -> None:
         """The forever loop: never returns until stopped, whatever the API server does."""
         mode: str | None = "list"
-        failures = expired_streak = 0
+        failures = expired_streak = errors = 0
         while not self.stop.is_set():
             try:
                 if self._watched is None:
@@ -248,8 +248,11 @@ class Reflector:
                     self.synced.set()
                     if self.settings.resync_seconds > 0:
                         self._next_resync = time.monotonic() + self.settings.resync_seconds
+                    errors = self._recovered(errors)
                 progressed = self._watch()
                 failures = 0 if progressed else failures + 1
+                if progressed:
+                    errors = self._recovered(errors)
                 if self._resync_due():
                     mode = "resync"
                 elif not progressed:  # an empty stream under short_watch: do not spin
@@ -282,6 +285,7 @@ class Reflector:
                     mode = "list"
                     continue
                 failures += 1
+                errors += 1
                 API_ERRORS.labels(self.name).inc()
                 delay = self.settings.backoff.delay(failures - 1)
                 expected = isinstance(exc, KubeError | urllib3.exceptions.HTTPError | OSError
@@ -296,6 +300,16 @@ class Reflector:
                              exc_info=not expected,
                              extra={"fields": {"resource": self.name, "attempt": failures}})
                 self.stop.wait(delay)
+
+    def _recovered(self, errors: int) -> int:
+        """After failed attempts (logged from the first, then at each doubling), one line
+        that they are over: else the log ends on its last error and looks stuck."""
+        if errors:
+            self.log.info("%s: the API server answers again after %d failed attempt%s; "
+                          "watching from resourceVersion %s", self.name, errors,
+                          "" if errors == 1 else "s", self.rv,
+                          extra={"fields": {"resource": self.name, "attempts": errors}})
+        return 0
 
     def _resync_due(self) -> bool:
         return time.monotonic() >= self._next_resync

@@ -204,11 +204,16 @@ def test_other_error_events_and_api_failures_are_retried_forever(
         [json.dumps({"type": "ERROR", "object": status}).encode().splitlines(),
          Unavailable("watch: Kubernetes API unreachable at x: refused"),
          [line("DELETED", cm("a", 40))]])
-    with caplog.at_level(logging.ERROR, "eventop.watcher"):
+    with caplog.at_level(logging.INFO, "eventop.watcher"):
         run_loop(kube, expect=2)
     assert changes(sink) == ["add uid-a 10", "delete uid-a 40"]
     assert [q["resourceVersion"] for q in kube.watch_queries[:3]] == ["100", "100", "100"]
     assert "etcd leader changed" in caplog.text and "is the API server up" in caplog.text
+    # each run of failures ends with a line saying so (else the log ends on an error)
+    recovered = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+    assert recovered[:1] == ["v1/configmaps@demo: the API server answers again after 1 "
+                             "failed attempt; watching from resourceVersion 100"], recovered
+    assert len(recovered) == 2
 
 
 def test_periodic_resync_sends_every_object_again_as_update(sink, run_loop) -> None:

@@ -136,9 +136,7 @@ class ResourceWatcher(Sink):
             ns = meta.get("namespace") or None
             old = self._by_name.get((ns, str(meta.get("name"))))
             if old is not None and old != uid and old in self.known and old not in self._seen:
-                res = self.reflector.res
-                self._submit(self._outgoing("delete", self.known.pop(old).last_state(res, old)))
-                self._counts["delete"] += 1
+                self._deleted_unwatched(old)
         change = ("add" if prev is None else
                   "update" if prev.rv != rv or self._mode == "resync" else None)
         if change:
@@ -147,11 +145,8 @@ class ResourceWatcher(Sink):
         self._remember(uid, rv, meta)
 
     def end_list(self, resource_version: str) -> None:
-        res = self.reflector.res
         for uid in [u for u in self.known if u not in self._seen]:
-            self._submit(self._outgoing("delete", self.known[uid].last_state(res, uid)))
-            self._counts["delete"] += 1
-            del self.known[uid]
+            self._deleted_unwatched(uid)
         self._seen = set()
         self._by_name = {}
         log.info("%s: %s of %d objects at resourceVersion %s: %d add, %d update, %d delete",
@@ -175,6 +170,13 @@ class ResourceWatcher(Sink):
         self._record(change, obj)
 
     # -- internals -------------------------------------------------------------------
+
+    def _deleted_unwatched(self, uid: str) -> None:
+        """A known object a re-list no longer finds: its delete, from its last known state."""
+        self._submit(self._outgoing("delete", self.known[uid].last_state(self.reflector.res,
+                                                                          uid)))
+        self._counts["delete"] += 1
+        del self.known[uid]
 
     def _remember(self, uid: str, rv: str, meta: Obj) -> None:
         ns = meta.get("namespace")

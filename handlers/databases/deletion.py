@@ -169,7 +169,7 @@ def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
     unseen = sorted(
         str(pvc["spec"]["volumeName"]) for pvc in observed.data_pvcs
         if (pvc.get("spec") or {}).get("volumeName") and pvc["spec"]["volumeName"] not in seen
-        and (pvc.get("status") or {}).get("phase") == "Bound")
+        and observe.is_bound(pvc))
     if unseen:  # bound to a volume the cache has not seen yet: not "nothing to keep"
         return _Step(("True", "RetainingVolumes", f"namespace {ns} is being deleted: waiting "
                       f"to see PersistentVolumes {', '.join(unseen)}"), requeue_after=2.0)

@@ -206,6 +206,11 @@ def bound_volumes(volumes: list[Obj], namespace: str, names: Names) -> list[Obj]
     return sorted(found, key=lambda pv: pv["metadata"]["name"])
 
 
+def is_bound(pvc: Obj) -> bool:
+    """A claim bound to a volume (a provisioner made it, or a volume's claimRef named it)."""
+    return (pvc.get("status") or {}).get("phase") == "Bound"
+
+
 def pvc_names(observed: Observed) -> list[str]:
     return sorted(p["metadata"]["name"] for p in observed.data_pvcs)
 
@@ -217,4 +222,4 @@ def snapshot_names(observed: Observed, db_uid: str, names: Names) -> dict[str, s
     snapshot timeout, then stay until the user changed its policy)."""
     return {p["metadata"]["name"]: names.snapshot(p["metadata"]["name"], db_uid)
             for p in sorted(observed.data_pvcs, key=lambda p: p["metadata"]["name"])
-            if (p.get("status") or {}).get("phase") == "Bound"}
+            if is_bound(p)}

@@ -37,6 +37,8 @@ from eventop.kube.recent import Recent
 
 Item = Hashable
 MAX_REMEMBERED = 10_000  # keys whose last successful run is remembered
+#: The longest a failing key waits for its next try (backoff from 0.5 s, doubling).
+MAX_BACKOFF = 300.0
 
 
 @dataclass
@@ -124,7 +126,7 @@ class WorkQueue:
         The engine's groups are its handlers: one whose runs are slow (a rates provider
         that does not answer, each run spending its retries) must not take every worker
         while the copies of new namespaces wait behind it (measured: 4-5 s)."""
-        self.backoff = backoff or Backoff(0.5, 300.0)
+        self.backoff = backoff or Backoff(0.5, MAX_BACKOFF)
         #: Runs of one key at once (one computing, the others' writes in flight).
         self.depth = max(1, depth)
         self._group, self._share = share if share is not None else (None, 0)

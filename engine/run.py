@@ -14,7 +14,7 @@ the latest: a run that a later one has overtaken leaves the status to it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +23,31 @@ from eventop.engine.desired import Desired, Note, Outcome, WriteError
 from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
+from eventop.engine.queue import MAX_BACKOFF
 from eventop.engine.reads import Reads
 from eventop.engine.write import InFlight, Writer, execute, one_line
 from eventop.kube import errors, now_rfc3339
 from eventop.kube.objects import status_changed
+
+#: A run refused by the API server's authorization (403: an RBAC grant missing, removed, not
+#: yet in place) backs off to at most this many seconds, not MAX_BACKOFF: what mends it, a
+#: grant applied again, sends no event, so the next try is what takes it up. One refused
+#: request per key per half minute.
+REFUSED_RETRY_CAP = 30.0
+
+
+def retry_cap(failures: Iterable[BaseException]) -> float | None:
+    """The longest the next try of a run may wait after these failures: REFUSED_RETRY_CAP
+    if the API server's authorization refused any of them, else None (the queue's own
+    backoff, up to MAX_BACKOFF)."""
+    return REFUSED_RETRY_CAP if any(getattr(f, "status", 0) == 403 for f in failures) \
+        else None
+
+
+def _every(seconds: float) -> str:
+    """``30 s``, ``5 minutes``: how often a retry comes round at most, in a message."""
+    return f"{seconds / 60:g} minutes" if seconds >= 120 else f"{seconds:g} s"
+
 
 log = logging.getLogger("eventop.engine")
 
@@ -45,8 +66,8 @@ class RunResult:
     #: Some write lost a race: run again soon (with backoff), whatever the events say.
     retry: bool = False
     #: A child is not as desired (a conflict, a refused write): run again with growing
-    #: backoff (up to 5 minutes; 30 s for a 403), as controller-runtime and kopf retry a
-    #: failed reconcile.
+    #: backoff (up to MAX_BACKOFF; REFUSED_RETRY_CAP for a 403, see :attr:`retry_cap`), as
+    #: controller-runtime and kopf retry a failed reconcile.
     #: What resolves it often sends no event this handler sees: an RBAC grant, an admission
     #: webhook fixed, a squatting object deleted, a namespace created.
     unsettled: bool = False
@@ -54,6 +75,11 @@ class RunResult:
     #: outcome): a run reading the cache that holds them may find another one.
     status_before_writes: bool = False
     notes: list[Note] = field(default_factory=list)
+
+    @property
+    def retry_cap(self) -> float | None:
+        """The longest the next try may wait (:func:`retry_cap` of the refused writes)."""
+        return retry_cap(self.outcome.errors if self.outcome else ())
 
 
 @dataclass
@@ -200,7 +226,8 @@ def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
     for this parent yet (with the API server's reason: an invalid quantity, a quota...)."""
     return _once(seen, "refused: ", {
         str(e): Note("Warning", "WriteRefused", f"the API server refused to {e}: "
-                     f"{_what_to_do(e)}; tried again with backoff (at most every 5 minutes) "
+                     f"{_what_to_do(e)}; tried again with backoff (at most every "
+                     f"{_every(retry_cap([e]) or MAX_BACKOFF)}) "
                      "and whenever something changes")
         for e in outcome.refused})
 

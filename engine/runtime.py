@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import Counter
 
@@ -27,7 +27,7 @@ from eventop.engine.desired import Conflict
 from eventop.engine.kinds import Key, merge_kinds
 from eventop.engine.queue import Result, Ticket, WorkQueue
 from eventop.engine.reads import Reads
-from eventop.engine.run import Pipeline, run
+from eventop.engine.run import Pipeline, retry_cap, run
 from eventop.engine.settings import EngineSettings
 from eventop.engine.write import InFlight
 from eventop.handlers.events import Event
@@ -58,11 +58,20 @@ ROUTER_LEASE = "eventop-router"
 
 #: Runs in a row that one run's writes may start for its status (see ``Engine._work``).
 MAX_FOLLOWUPS = 3
-#: A run refused by the API server's authorization (403: an RBAC grant missing, removed, not
-#: yet in place) backs off to at most this many seconds, not the 5 minutes of other failures:
-#: what mends it, a grant applied again, sends no event, so the next try is what takes it up.
-#: One refused request per key per half minute.
-REFUSED_RETRY_CAP = 30.0
+
+
+class _Ran(NamedTuple):
+    """How a run ended, for the queue (``Engine._work``)."""
+
+    detail: str
+    #: Try again with backoff (a lost race, a child not as desired: see RunResult), waiting
+    #: at most ``cap`` seconds if given (a refusal by authorization: see retry_cap).
+    retry: bool = False
+    cap: float | None = None
+    #: Run again after this many seconds, whatever happens meanwhile (the handler asked).
+    requeue: float | None = None
+    #: The status was worked out before the writes: one more run may find another.
+    again: bool = False
 
 
 @dataclass
@@ -392,19 +401,17 @@ class Engine:
             start = time.perf_counter()
             released: list[bool] = []
             try:
-                detail, retry, requeue, again = self._run(self.controllers[name], key, before,
-                                                          end, released)
-                result = Result(item, True, detail, None, time.perf_counter() - start)
+                ran = self._run(self.controllers[name], key, before, end, released)
+                result = Result(item, True, ran.detail, None, time.perf_counter() - start)
                 RUNS.labels(name, "ok").inc()
-                if retry:  # (a lost race, or a child not as desired: see RunResult)
-                    self.queue.retry(item, cap=REFUSED_RETRY_CAP if retry == "forbidden"
-                                     else None)
+                if ran.retry:
+                    self.queue.retry(item, cap=ran.cap)
                 else:
                     self.queue.forget(item)
-                if requeue:
-                    self.queue.add_after(item, requeue)
+                if ran.requeue:
+                    self.queue.add_after(item, ran.requeue)
                 followups = self._followups.pop(item, 0)
-                if again and followups < MAX_FOLLOWUPS:
+                if ran.again and followups < MAX_FOLLOWUPS:
                     # The status was worked out before the writes, and their echoes cost no
                     # run: one more run, over the cache that now holds what was written and
                     # the parent with that status, brings it up to date (and takes the next
@@ -414,8 +421,7 @@ class Engine:
                     self._followups[item] = followups + 1
                     self.queue.add(item)
             except Exception as exc:
-                delay = self.queue.retry(item, cap=REFUSED_RETRY_CAP
-                                         if isinstance(exc, errors.Forbidden) else None)
+                delay = self.queue.retry(item, cap=retry_cap([exc]))
                 RUNS.labels(name, "error").inc()
                 expected = isinstance(exc, errors.KubeError | LookupError | ValueError)
                 log.error("%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
@@ -444,8 +450,7 @@ class Engine:
                 self._squatters.update(dict.fromkeys(slots, key))
 
     def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
-             end: threading.Event, released: list[bool]
-             ) -> tuple[str, bool | str, float | None, bool]:
+             end: threading.Event, released: list[bool]) -> _Ran:
         """One run of ``key``; ``before`` is set when the run before it has finished,
         ``end`` is set by the caller when this one has; ``released`` gets True once this
         run's writes are sent and the next run of the key may start."""
@@ -460,8 +465,8 @@ class Engine:
             self._verify.discard(item)
             if parent is not None and not parent["metadata"].get("deletionTimestamp") \
                     and self._parent_gone(ctl, key, parent):
-                return (f"{key}: a child was deleted and {ctl.parent.kind} {key} is gone or "
-                        "going (asked the API server): nothing to restore"), False, None, False
+                return _Ran(f"{key}: a child was deleted and {ctl.parent.kind} {key} is gone "
+                            "or going (asked the API server): nothing to restore")
         seen = fingerprint(parent) if parent is not None else ""
 
         def settle() -> Obj | None:
@@ -494,8 +499,5 @@ class Engine:
             self._seen[(ctl.name, key)] = _Seen(seen, after.get("status"),
                                                 str(after["metadata"].get("uid", "")))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
-        retry: bool | str = result.retry or result.unsettled
-        if retry and result.outcome and any(e.status == 403 for e in result.outcome.errors):
-            retry = "forbidden"
-        return (f"{key}: {result.summary}", retry,
-                result.requeue_after, result.status_before_writes)
+        return _Ran(f"{key}: {result.summary}", result.retry or result.unsettled,
+                    result.retry_cap, result.requeue_after, result.status_before_writes)

@@ -142,7 +142,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         step.events.append(("Normal", "FinalBackupKept",
                             f"data kept in PersistentVolumeClaim {names.backup_pvc} (final "
                             f"backup Job {names.final_backup_job}); data volumes deleted: "
-                            f"{', '.join(observe.pvc_names(observed)) or 'none'}"))
+                            f"{_volume_list(observed)}"))
     return step
 
 
@@ -265,12 +265,14 @@ def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
 
 
 def _delete_volumes(observed: Observed, policy: str) -> _Step:
-    volumes = observe.pvc_names(observed)
-    if policy == "Delete" and volumes:  # (none: another replica's run deleted them)
-        events = [("Normal", "DataDeleted",
-                   f"data volumes deleted: {', '.join(volumes) or 'none'}")]
-    else:
-        events = []
-    return _Step(("True", "DeletingVolumes", f"deleting data volumes: {', '.join(volumes)}"),
-                 deletions=list(observed.data_pvcs), finalize=True,
-                 events=events)
+    volumes = _volume_list(observed)
+    # (None left: another replica's run deleted them, and said so.)
+    events = ([("Normal", "DataDeleted", f"data volumes deleted: {volumes}")]
+              if policy == "Delete" and observed.data_pvcs else [])
+    return _Step(("True", "DeletingVolumes", f"deleting data volumes: {volumes}"),
+                 deletions=list(observed.data_pvcs), finalize=True, events=events)
+
+
+def _volume_list(observed: Observed) -> str:
+    """The data volumes' claims, for a message: ``data-orders-pg16-0, ...`` or ``none``."""
+    return ", ".join(observe.pvc_names(observed)) or "none"

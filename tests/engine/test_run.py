@@ -520,6 +520,29 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     assert world.reconcile(ctl, "a", "teams").unsettled  # so the router tries it again
 
 
+def test_a_write_refused_by_authorization_says_it_is_tried_again_within_the_short_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 403 is retried at most every 30 s (REFUSED_RETRY_CAP), not 5 minutes: the Event
+    says the interval the queue really keeps, and what to grant."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
+        raise errors.Forbidden('configmaps is forbidden: User "system:serviceaccount:'
+                               'eventop-system:eventop-router" cannot create resource '
+                               '"configmaps" in API group "" in the namespace "teams"',
+                               reason="Forbidden")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    world = World([team("a", ["ann"])])
+    result = world.reconcile(teams_controller(), "a", "teams")
+    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    assert note.message.endswith(
+        "grant the router's ServiceAccount what it names, or fix the policy that refused it; "
+        "tried again with backoff (at most every 30 s) and whenever something changes")
+    assert result.unsettled and result.retry_cap == 30.0
+
+
 def test_a_delete_that_lost_a_race_is_run_again_without_a_warning_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two router replicas: the other one changed (or deleted) the child since this run

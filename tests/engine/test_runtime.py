@@ -692,11 +692,11 @@ def test_a_run_refused_by_authorization_is_tried_again_within_the_short_cap(
     """A 403 (a grant removed, or not applied yet) is mended by nothing this handler sees
     an event of: its next try, at most REFUSED_RETRY_CAP later rather than minutes, is what
     takes the grant up. Any other failure keeps the full backoff."""
-    from eventop.engine import runtime
+    from eventop.engine import run
     from eventop.kube.backoff import Backoff
     from eventop.kube.errors import Forbidden
 
-    monkeypatch.setattr(runtime, "REFUSED_RETRY_CAP", 0.1)
+    monkeypatch.setattr(run, "REFUSED_RETRY_CAP", 0.1)
     calls: dict[str, int] = {"forbidden": 0, "broken": 0}
 
     def failing(parent: Obj, reads: Any) -> Desired:
@@ -726,11 +726,11 @@ def test_a_run_refused_by_authorization_is_tried_again_within_the_short_cap(
 
 def test_a_child_write_refused_by_authorization_is_tried_again_within_the_short_cap(
         local_kube: Any, kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from eventop.engine import runtime
+    from eventop.engine import run
     from eventop.kube.backoff import Backoff
     from eventop.kube.errors import Forbidden
 
-    monkeypatch.setattr(runtime, "REFUSED_RETRY_CAP", 0.1)
+    monkeypatch.setattr(run, "REFUSED_RETRY_CAP", 0.1)
     runs: list[str] = []
 
     def wants_a_secret(parent: Obj, reads: Any) -> Desired:

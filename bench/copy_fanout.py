@@ -46,6 +46,7 @@ from bench.world import (  # noqa: E402
     on_cluster,
     remove,
     wait_quiet,
+    wait_root_ca,
 )
 from eventop.events import to_cloudevent, to_http  # noqa: E402
 from eventop.kube import Kube  # noqa: E402
@@ -98,19 +99,11 @@ def run(world: Kube, env: dict[str, str], count: int, where: str,
             time.sleep(0.2)
         print(f"  first copies: {copies.holding('1')} in place {time.monotonic() - start:.1f} s "
               "after the router started (caches listed, rule run, creates)")
-        # kube-controller-manager's root-CA publisher puts kube-root-ca.crt into every new
-        # namespace at its client's 20 requests/s: for 1,000 namespaces, most of a minute of
-        # creates (and their watch events through the watcher and the router) that would
-        # otherwise run alongside the change measured below.
-        waited = time.monotonic()
-        while time.monotonic() < deadline:
-            published = {c["metadata"]["namespace"] for c in world.list(
-                "v1", "ConfigMap", field_selector="metadata.name=kube-root-ca.crt")}
-            if published.issuperset(names) or src not in published:
-                break  # (not even the first namespace has one: no publisher runs)
-            time.sleep(1.0)
-        print(f"  (waited {time.monotonic() - waited:.0f} s more for the root-CA publisher to "
-              "finish its kube-root-ca.crt creates in the new namespaces)")
+        # The root-CA publisher's creates (and their watch events through the watcher and
+        # the router) would otherwise run alongside the change measured below.
+        waited = wait_root_ca(world, [src, *names], max(0.0, deadline - time.monotonic()))
+        print(f"  (waited {waited:.0f} s more for the root-CA publisher to finish its "
+              "kube-root-ca.crt creates in the new namespaces)")
         time.sleep(5.0)  # the echoes of the creates come back, the status settles
 
         before = kube_requests(router.url)

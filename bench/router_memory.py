@@ -26,6 +26,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -40,12 +41,14 @@ from bench.world import (  # noqa: E402
     on_cluster,
     process_tree,
     remove,
+    wait_root_ca,
 )
 from eventop.kube import Kube  # noqa: E402
 from eventop.testing.processes import RouterProcess  # noqa: E402
 
 LABEL = "eventop-router-memory"
 MB = 1024 * 1024
+COPY_LABEL = "eventop.dev/copy-rule"
 
 
 def rss(pid: int) -> int:
@@ -97,11 +100,11 @@ def make_world(kube: Kube, namespaces: int, configmaps: int) -> tuple[list[str],
     return names, src
 
 
-def count_copies(kube: Kube) -> int:
-    """Counted from a list of every ConfigMap: a selector-limited paginated list on the
+def count_copies(configmaps: list[dict[str, Any]]) -> int:
+    """Counted in a list of every ConfigMap: a selector-limited paginated list on the
     v1.24 test API server stopped after its first page (500) here."""
-    return sum(1 for c in kube.list("v1", "ConfigMap")
-               if (c["metadata"].get("labels") or {}).get("eventop.dev/copy-rule") == "mem-rule")
+    return sum(1 for c in configmaps
+               if (c["metadata"].get("labels") or {}).get(COPY_LABEL) == "mem-rule")
 
 
 def measure(kubeconfig: str, workers: int, threads: int, expected: int) -> None:
@@ -119,14 +122,17 @@ def measure(kubeconfig: str, workers: int, threads: int, expected: int) -> None:
                 pass
             time.sleep(0.5)
         ready = time.monotonic() - start
-        while count_copies(kube) < expected and time.monotonic() - start < 600:
+        while (count_copies(kube.list("v1", "ConfigMap")) < expected
+               and time.monotonic() - start < 600):
             time.sleep(2.0)
         time.sleep(10.0)  # echoes, status, garbage
         spent = diff(kube_requests(router.url), {})
         pids = process_tree(router.proc.pid)
         sizes = {pid: rss(pid) for pid in pids}
+        configmaps = kube.list("v1", "ConfigMap")
+        copies = count_copies(configmaps)
         print(f"  {workers} worker(s) x {threads} threads: ready (caches synced) in {ready:.1f} s;"
-              f" {count_copies(kube)}/{expected} copies")
+              f" {copies}/{expected} copies; the cache holds {len(configmaps)} ConfigMaps")
         for pid, size in sizes.items():
             role = "master" if pid == router.proc.pid else "worker"
             print(f"    {role:6s} pid {pid}: RSS {size / MB:6.1f} MB (target < 150 MB)")
@@ -141,6 +147,8 @@ def run(kubeconfig: str, namespaces: int, configmaps: int, models: list[int],
     kube = connect(kubeconfig)
     print(f"router memory, real API server {kube.host} (load: {os.getloadavg()[0]:.2f})")
     names, src = make_world(kube, namespaces, configmaps)
+    waited = wait_root_ca(kube, [src, *names])
+    print(f"  (waited {waited:.0f} s for the root-CA publisher's kube-root-ca.crt in each)")
     total = len(kube.list("v1", "ConfigMap"))
     print(f"  the cluster holds {len(kube.list('v1', 'Namespace'))} namespaces, "
           f"{total} ConfigMaps, {len(kube.list('v1', 'Secret'))} Secrets")

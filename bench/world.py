@@ -162,6 +162,22 @@ def wait_quiet(kube: Kube, timeout: float = 600.0) -> None:
         time.sleep(2.0)
 
 
+def wait_root_ca(kube: Kube, namespaces: Iterable[str], timeout: float = 300.0) -> float:
+    """Wait until kube-controller-manager's root-CA publisher has put ``kube-root-ca.crt``
+    into each of ``namespaces`` (at its client's 20 requests/s, most of a minute for 1,000
+    new namespaces, whose creates would otherwise run alongside what is measured); not at
+    all when the first one has none (no publisher runs). Returns the seconds waited."""
+    wanted = list(namespaces)
+    start = time.monotonic()
+    while wanted and time.monotonic() - start < timeout:
+        published = {c["metadata"]["namespace"] for c in kube.list(
+            "v1", "ConfigMap", field_selector="metadata.name=kube-root-ca.crt")}
+        if published.issuperset(wanted) or wanted[0] not in published:
+            break
+        time.sleep(1.0)
+    return time.monotonic() - start
+
+
 def kube_requests(router_url: str) -> dict[str, float]:
     """The router's API requests so far, by verb (its cache's watches left out)."""
     return {verb: n for verb, n in by_label(router_url, "eventop_kube_requests_total",

@@ -60,6 +60,19 @@ class Event:
         return None
 
     @functools.cached_property
+    def named_in_data(self) -> dict[str, Any]:
+        """The object as the data names it, by extension name (``apiversion``, ``kind``,
+        ``name``, ``namespace``, and ``uid``, ``resourceversion``): the object's own fields in
+        Resource mode, the reference's in Reference mode; None where the data says nothing.
+        The router refuses an event whose extensions say otherwise."""
+        data = self.data if isinstance(self.data, dict) else {}
+        meta = data.get("metadata") if self.object is not None else data
+        meta = meta if isinstance(meta, dict) else {}
+        return {"apiversion": data.get("apiVersion"), "kind": data.get("kind"),
+                "name": meta.get("name"), "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"), "resourceversion": meta.get("resourceVersion")}
+
+    @functools.cached_property
     def ref(self) -> ObjectRef | None:
         """Which object this is about, in either mode (data first, extensions as fallback).
 
@@ -67,18 +80,16 @@ class Event:
         """
         if not self.is_kube:
             return None
-        data = self.data if isinstance(self.data, dict) else {}
-        meta = data.get("metadata") if self.object is not None else data
-        meta = meta if isinstance(meta, dict) else {}
-        api_version = data.get("apiVersion") or self.extensions.get("apiversion")
-        kind = data.get("kind") or self.extensions.get("kind")
-        name = meta.get("name") or self.extensions.get("name")
+        said, ext = self.named_in_data, self.extensions
+        api_version = said["apiversion"] or ext.get("apiversion")
+        kind = said["kind"] or ext.get("kind")
+        name = said["name"] or ext.get("name")
         if not (api_version and kind and name):
             return None
-        rv = meta.get("resourceVersion")
+        rv = said["resourceversion"]
         return ObjectRef(str(api_version), str(kind), str(name),
-                         meta.get("namespace") or self.extensions.get("namespace") or None,
-                         meta.get("uid"), str(rv) if rv else None)
+                         said["namespace"] or ext.get("namespace") or None,
+                         said["uid"], str(rv) if rv else None)
 
     @classmethod
     def for_object(cls, change: str, obj: dict[str, Any], *, source: str = "test",

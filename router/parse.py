@@ -341,7 +341,7 @@ def _check_kube_data(event: Event, known: dict[str, Any],
                    if not data.get(f) and not event.extensions.get(ext)]
         raise BadEvent(400, f"Reference-mode data must name the object: missing "
                             f"{', '.join(missing)}", known)
-    _check_extensions_agree(event, data, known)
+    _check_extensions_agree(event, known)
     ref = event.ref
     if ref is not None:
         for what, value in (("name", ref.name), ("namespace", ref.namespace)):
@@ -351,20 +351,17 @@ def _check_kube_data(event: Event, known: dict[str, Any],
                                     "or '..')", known)
 
 
-def _check_extensions_agree(event: Event, data: dict[str, Any], known: dict[str, Any]) -> None:
+def _check_extensions_agree(event: Event, known: dict[str, Any]) -> None:
     """The ``kind``, ``apiversion``, ``name`` and ``namespace`` extensions are the routing
     contract, and handlers act on the data: an event whose two say different objects is
     malformed (a sender's bug, or a forgery), never routed by one and acted on as the other."""
     extensions = event.extensions
     if not extensions:
         return
-    meta = data.get("metadata") if event.type.startswith(RESOURCE_PREFIX) else data
-    meta = meta if isinstance(meta, dict) else {}
-    said = (("kind", data.get("kind")), ("apiversion", data.get("apiVersion")),
-            ("name", meta.get("name")), ("namespace", meta.get("namespace")))
-    differ = [f"{ext} {extensions[ext]!r} in the extension, {value!r} in the data"
-              for ext, value in said
-              if value and extensions.get(ext) and extensions[ext] != value]
+    said = event.named_in_data
+    differ = [f"{ext} {extensions[ext]!r} in the extension, {said[ext]!r} in the data"
+              for ext in ("kind", "apiversion", "name", "namespace")
+              if said[ext] and extensions.get(ext) and extensions[ext] != said[ext]]
     if differ:
         raise BadEvent(400, "the event's extensions and its data name different objects: "
                             + "; ".join(differ), known)

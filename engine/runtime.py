@@ -285,6 +285,9 @@ class Engine:
         for ctl in interested:
             state, kinds = self._synced_state(ctl)
             if state == "missing":
+                informer = self.cache.informer(*kind)
+                if informer is not None:  # this event says the kind is served now
+                    informer.look_again()
                 if kind == ctl.parent.key:
                     raise CacheBehind(f"{ctl.name} got a {ref.kind} event but its "
                                       f"CustomResourceDefinition is not served yet")

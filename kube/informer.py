@@ -57,6 +57,7 @@ class Informer(Sink):
         self.store: Store | None = None
         #: The API server does not serve the kind (its CRD is not installed): retried.
         self.missing = False
+        self._look_again = threading.Event()
         self._changed = threading.Condition()
         self._listing: list[Obj] = []
         self.reflector = Reflector(kube, self._resolve, self, settings, stop, name=str(spec),
@@ -77,7 +78,15 @@ class Informer(Sink):
         return self
 
     def join(self, timeout: float | None = None) -> None:
+        self._look_again.set()  # (out of the wait for a kind not served, when stopping)
         self.reflector.join(timeout)
+
+    def look_again(self) -> None:
+        """The kind is served after all (an event of it came, from the watcher or a
+        Knative source): while it is missing, look at once instead of at the next of the
+        ``missing_retry`` polls, so the event's redelivery finds the cache synced."""
+        if self.missing:
+            self._look_again.set()
 
     def matches(self, obj: Obj) -> bool:
         """Would this informer hold ``obj`` (its label selector, if any, matches)?"""
@@ -164,7 +173,7 @@ class Informer(Sink):
             return Watched(res, None, self.spec.selector, self.spec.metadata_only)
 
         return until_served(find, self.stop, self.missing_retry, log, str(self.spec), why,
-                            self._set_missing)
+                            self._set_missing, self._look_again)
 
     def _set_missing(self, missing: bool) -> None:
         self.missing = missing

@@ -233,6 +233,11 @@ class Reflector:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def running(self) -> bool:
+        """Its thread has started and not ended."""
+        return self._thread is not None and self._thread.is_alive()
+
     def run(self) -> None:
         """The forever loop: never returns until stopped, whatever the API server does."""
         mode: str | None = "list"
@@ -440,11 +445,13 @@ class Reflector:
 
 def until_served(find: Callable[[], Watched], stop: threading.Event, retry_seconds: float,
                  logger: logging.Logger, what: str, why: str,
-                 on_missing: Callable[[bool], None] = lambda _missing: None) -> Watched:
+                 on_missing: Callable[[bool], None] = lambda _missing: None,
+                 look_again: threading.Event | None = None) -> Watched:
     """``find()``, retried every ``retry_seconds`` while it raises NotFound (a kind not
     served: a CustomResourceDefinition not installed yet), saying so once, not at every
-    attempt; ``on_missing(True/False)`` learns whether it is missing. Raises
-    :class:`Stopped` when stopping."""
+    attempt; ``on_missing(True/False)`` learns whether it is missing. Setting
+    ``look_again`` (also set when stopping) tries again at once: something saw the kind
+    served. Raises :class:`Stopped` when stopping."""
     said = False
     while True:
         try:
@@ -457,7 +464,11 @@ def until_served(find: Callable[[], Watched], stop: threading.Event, retry_secon
                 logger.warning("%s is not served by the API server (%s); looking again every "
                                "%.0fs", what, why, retry_seconds)
                 said = True
-            if stop.wait(retry_seconds):
+            if look_again is None:
+                stop.wait(retry_seconds)
+            elif look_again.wait(retry_seconds):
+                look_again.clear()
+            if stop.is_set():
                 raise Stopped from None
             continue
         if said:

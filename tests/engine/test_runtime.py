@@ -758,3 +758,42 @@ def test_a_child_write_refused_by_authorization_is_tried_again_within_the_short_
         assert wait_until(lambda: len(runs) >= 4, 10), runs
     finally:
         eng.stop()
+
+
+def test_the_first_event_of_a_parent_kind_installed_late_makes_the_cache_serve_it_at_once(
+        local_kube: Any, kube: Any) -> None:
+    """CRDs applied after the router started: the cache looks for the kind every 10 s, and
+    the first event of it is answered 503 (CacheBehind). That event is the news that the
+    kind is served: its redelivery (0.2 s to a few seconds later) is run, not answered 503
+    again until the next poll."""
+    import yaml
+
+    from tests.kube.test_informer import SNAPSHOTS
+
+    seen: list[str] = []
+
+    def noting(parent: Obj, reads: Any) -> Desired:
+        seen.append(parent["metadata"]["name"])
+        return Desired(status=None)
+
+    ctl = Controller("snapshots", parent="snapshot.storage.k8s.io/v1/VolumeSnapshot",
+                     registry=Registry(), module="tests.engine")
+    ctl.reconcile(noting)
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=5.0)).start()
+    try:
+        informer = eng.cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+        assert informer is not None and informer.missing_retry >= 10
+        assert wait_until(lambda: informer.missing, 10)
+        local_kube.put(yaml.safe_load(SNAPSHOTS.read_text()))
+        snapshot = local_kube.put({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": "nightly", "namespace": NS},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}}})
+        with pytest.raises(CacheBehind, match="not served yet"):
+            submit(eng, "add", snapshot)
+        assert wait_until(lambda: informer.synced, 5)  # not the 10 s of the next poll
+        assert submit(eng, "add", snapshot).wait(10)
+        assert "nightly" in seen
+    finally:
+        eng.stop()

@@ -53,3 +53,35 @@ def test_the_routers_caches_retry_a_failing_api_server_as_often_as_the_watcher(
     watcher = build_parser().parse_args(["run", "--sink", "http://127.0.0.1:9"])
     longest = max(cache.settings.backoff.delay(n) for n in range(40))
     assert longest <= watcher.api_backoff_max == 4.0
+
+
+def test_an_event_of_a_kind_not_served_makes_its_cache_look_again_at_once(
+        local_kube: Any, kube: Any) -> None:
+    """CRDs installed after the router started: the first event of the kind (the watcher's,
+    or a Knative source's) is answered 503 while the cache does not serve it, and its
+    redelivery, 0.2 s to a few seconds later, must not wait out the next poll (10 s)."""
+    crd = yaml.safe_load(SNAPSHOTS.read_text())
+    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
+                  settings=WatchSettings(resync_seconds=0, read_timeout=2.0, watch_timeout=1,
+                                         backoff=Backoff(0.05, 0.2)),
+                  missing_retry=60.0).start()
+    try:
+        informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+        assert informer is not None
+        assert wait_until(lambda: informer.missing, 10)
+        local_kube.put(crd)
+        informer.look_again()
+        assert wait_until(lambda: informer.synced and not informer.missing, 10)
+    finally:
+        cache.stop()
+
+
+def test_stopping_a_cache_that_waits_for_a_kind_to_be_served_ends_its_watch_at_once(
+        local_kube: Any, kube: Any) -> None:
+    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
+                  missing_retry=60.0).start()
+    informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+    assert informer is not None
+    assert wait_until(lambda: informer.missing, 10)
+    cache.stop(join_seconds=5.0)
+    assert not informer.reflector.running

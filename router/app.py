@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
+from eventop.engine.catchup import CacheBehind
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
@@ -320,20 +321,24 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                           results=results)
         for o in failed:
             err = o.error
-            # The API server's answer (unavailable, a cache behind it, a refusal such as
-            # RBAC's 403) is a condition, not a bug: its message says it all, and a traceback
-            # per retried event would bury the log.
+            # The API server's answer (unavailable, a refusal such as RBAC's 403) is a
+            # condition, not a bug: its message says it all, and a traceback per retried
+            # event would bury the log. A cache still catching up (a CRD just installed, a
+            # watch resuming after a restart) is not even a failure: the resend finds it
+            # caught up, so it is a warning.
             trace = err is not None and not isinstance(err, KubeError)
-            log.error("handler %s failed on event %s: %s", o.handler, event.id, o.detail,
-                      exc_info=(type(err), err, err.__traceback__) if trace else None,
-                      extra={"fields": {**info, "handler": o.handler}})
+            log.log(logging.WARNING if isinstance(err, CacheBehind) else logging.ERROR,
+                    "handler %s failed on event %s: %s", o.handler, event.id, o.detail,
+                    exc_info=(type(err), err, err.__traceback__) if trace else None,
+                    extra={"fields": {**info, "handler": o.handler}})
+        behind = all(isinstance(o.error, CacheBehind) for o in failed)
         unavailable = all(isinstance(o.error, Unavailable) for o in failed)
         status, outcome = (503, "unavailable") if unavailable else (500, "error")
         message = (f"event {event.id}: handler(s) failed: "
                    + "; ".join(f"{o.handler}: {o.detail}" for o in failed))
         return finish(status, outcome, info, start, {
             "id": event.id, "outcome": outcome, "error": message, "handlers": results},
-            ran, logging.ERROR, message, results)
+            ran, logging.WARNING if behind else logging.ERROR, message, results)
 
     @app.get("/healthz")
     def healthz() -> Response:

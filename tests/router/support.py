@@ -13,6 +13,7 @@ from cloudevents.core.v1.event import CloudEvent
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 
+from eventop.engine.catchup import CacheBehind
 from eventop.events import kube_extensions
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Registry
@@ -137,6 +138,10 @@ class Recorder:
         @on("test.unavailable")
         def api_down(event: Event, kube: Any) -> None:
             raise Unavailable("Kubernetes API unreachable (test)")
+
+        @on("test.behind")
+        def cache_behind(event: Event, kube: Any) -> None:
+            raise CacheBehind("the cache of CopyRule did not reach resourceVersion 7 (test)")
 
         @on("test.notfound")
         def not_found(event: Event, kube: Any) -> None:

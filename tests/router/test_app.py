@@ -210,6 +210,20 @@ def test_handler_reporting_api_unavailable_is_503_so_the_sender_retries(
 
 
 
+def test_a_cache_still_catching_up_is_a_503_logged_as_a_warning_not_an_error(
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    """A CRD just installed or a watch resuming after an API-server restart: the resend
+    finds the cache caught up, nothing is wrong, so nothing is logged at ERROR."""
+    caplog.set_level(logging.INFO, logger="eventop")
+    resp = post(client, binary(cloudevent("test.behind", {}, id_="behind-1")))
+    assert resp.status_code == 503
+    assert resp.get_json()["outcome"] == "unavailable"
+    lines = [r for r in caplog.records if "behind-1" in r.getMessage()
+             or getattr(r, "fields", {}).get("id") == "behind-1"]
+    assert [r.levelno for r in lines if r.levelno >= logging.WARNING] == [logging.WARNING] * 2
+    assert any("did not reach resourceVersion 7" in r.getMessage() for r in lines)
+
+
 def test_other_kubernetes_errors_are_500_logged_in_one_line_without_a_traceback(
         client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
     """The API server's answer (a 404, an RBAC 403) says it all: a traceback per retried

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from eventop import variables
 from eventop.names import is_dns_label, is_dns_subdomain
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -46,9 +47,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """Parse, then convert (and so check) the values taken from environment variables
+        """Parse, then refuse a misspelt ``EVENTOP_*`` name (:mod:`eventop.variables`) and
+        convert (and so check) the values taken from environment variables
         (:func:`env_flag`); a mistake there is reported like a mistaken flag."""
         parsed, extras = super().parse_known_args(args, namespace)
+        misspelt = variables.unknown()
+        if misspelt:
+            self.error(variables.describe(misspelt))
         try:
             _resolve_env(parsed)
         except ConfigError as exc:

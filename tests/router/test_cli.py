@@ -125,6 +125,9 @@ def _router(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
      "EVENTOP_CACHE_WAIT_SECONDS must be a positive number of seconds, not '-1'"),
     ({"EVENTOP_RUN_ON_WATCH": "maybe"}, [], "EVENTOP_RUN_ON_WATCH must be true, false or leader, "
                                             "not 'maybe'"),
+    # a misspelt token variable would leave the router open to anyone
+    ({"EVENTOP_ROUTR_TOKEN": "s3cret"}, [], "environment variable not read by eventop: "
+     "EVENTOP_ROUTR_TOKEN (did you mean EVENTOP_ROUTER_TOKEN?)"),
 ])
 def test_configuration_mistakes_are_one_line_and_exit_status_2(
         env: dict[str, str], args: list[str], said: str) -> None:

@@ -185,6 +185,9 @@ def _watcher(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
      "--backoff-max (1) is shorter than --backoff-base (5)"),
     (["record", "out", "--resource", "v1/configmaps", "--seconds", "0"], {},
      "argument --seconds: expected an integer of at least 1, not 0"),
+    (["run", "--sink", "http://router"], {"EVENTOP_LOG_LEVL": "debug"},
+     "environment variable not read by eventop: EVENTOP_LOG_LEVL (did you mean "
+     "EVENTOP_LOG_LEVEL?)"),
 ])
 def test_configuration_mistakes_are_one_line_and_exit_status_2(args, env, said) -> None:
     proc = _watcher(*args, **env)

@@ -129,6 +129,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         stopping.children += done
         return stopping
     stopped = list(observed.statefulsets)  # no pod left: deleted with the next step
+    snapshots = None
     if policy == "Snapshot" and observed.snapshots is not None:
         snapshots = _snapshots(db, spec, observed)
         if not snapshots.finalize:
@@ -137,6 +138,12 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     step = _delete_volumes(observed, policy)
     step.children = done
     step.deletions = stopped + step.deletions
+    if snapshots is not None:  # all ready: the volumes go, and the Event says where the data is
+        step.condition = snapshots.condition
+        step.kept = snapshots.kept
+        step.events = [(kind, reason, f"{message}; data volumes deleted: "
+                                      f"{_volume_list(observed)}")
+                       for kind, reason, message in snapshots.events] + step.events
     if done:  # the snapshot policy kept by a final backup: say where, as Snapshotted does
         names = Names.of(spec.name)
         step.events.append(("Normal", "FinalBackupKept",

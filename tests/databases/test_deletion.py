@@ -79,6 +79,11 @@ def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready
     assert DATA not in world.objects and KEPT_SECRET in world.objects and BACKUPS in world.objects
     source = world.get("VolumeSnapshot", snapshots[0])["spec"]["source"]
     assert source == {"persistentVolumeClaimName": "data-orders-pg16-0"}
+    # where the data went, said once in the Database's Events
+    kept = [m for _, r, m in world.events if r == "Snapshotted"]
+    assert kept == ["data kept in VolumeSnapshots data-orders-pg16-0-6f1c2a9e, "
+                    "data-orders-pg16-1-6f1c2a9e; data volumes deleted: data-orders-pg16-0, "
+                    "data-orders-pg16-1"]
 
 
 def test_a_claim_never_bound_is_not_snapshotted_but_deleted() -> None:

@@ -30,7 +30,7 @@ from eventop.engine.reads import Reads
 from eventop.engine.run import Pipeline, retry_cap, run
 from eventop.engine.settings import EngineSettings
 from eventop.engine.write import InFlight
-from eventop.handlers.events import Event
+from eventop.handlers.events import Event, InvalidEvent
 from eventop.kube import errors
 from eventop.kube.client import Kube
 from eventop.kube.informer import Cache, InformerSpec
@@ -252,7 +252,8 @@ class Engine:
     def submit(self, event: Event) -> tuple[Ticket, dict[str, str]]:
         """Queue the runs an event asks for. Returns the ticket to wait on and, per handler
         that had nothing to run, why (an echo, an unchanged parent, a CRD not installed).
-        Raises :class:`CacheBehind` when the cache could not catch up with the event."""
+        Raises :class:`CacheBehind` when the cache could not catch up with the event,
+        :class:`InvalidEvent` when it names an object no API server could send."""
         ticket, notes = Ticket(), {}
         try:
             if event.is_kube:
@@ -296,6 +297,14 @@ class Engine:
                 ready.append(ctl)
         if not ready:
             return
+        store = self._store(*kind)
+        if store is not None and store.namespaced != bool(ref.namespace):
+            # Looked up as it is, it would be "gone" (or found in some other namespace).
+            raise InvalidEvent(
+                f"the event names {ref.kind} {ref.name!r} without a namespace, but "
+                f"{ref.kind} is namespaced" if store.namespaced else
+                f"the event names {ref.kind} {ref.name!r} in namespace {ref.namespace!r}, "
+                f"but {ref.kind} is cluster-scoped")
         subject, since = self.catchup.caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
         for ctl in ready:

@@ -23,6 +23,11 @@ from eventop.events import (
 from eventop.events import event_id as _event_id
 
 
+class InvalidEvent(ValueError):
+    """The event names an object no API server could send (a namespaced kind without a
+    namespace): answered 400, never taken for news that the object is gone."""
+
+
 @dataclass(frozen=True)
 class ObjectRef:
     api_version: str

@@ -30,7 +30,7 @@ from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
 from eventop.engine.catchup import CacheBehind
-from eventop.handlers.events import Event
+from eventop.handlers.events import Event, InvalidEvent
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
 from eventop.kube.resources import is_custom
@@ -302,6 +302,8 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
         try:
             outcomes = registry.dispatch(event, kube_access)
             outcomes += controller_outcomes(engines, event)
+        except InvalidEvent as bad:  # the sender's mistake: sending it again would not help
+            return reject(400, "invalid", f"event {event.id}: {bad}", {"id": event.id}, start)
         except Exception as exc:  # the registry captures handler errors; this is a bug
             log.exception("dispatching event %s failed", event.id, extra={"fields": info})
             message = f"event {event.id}: dispatch failed: {type(exc).__name__}: {exc}"

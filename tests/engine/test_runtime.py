@@ -16,7 +16,7 @@ from eventop.engine.catchup import CacheBehind
 from eventop.engine.queue import Result, Ticket, WorkQueue
 from eventop.engine.runtime import MAX_FOLLOWUPS, Engine
 from eventop.engine.settings import EngineSettings
-from eventop.handlers.events import Event
+from eventop.handlers.events import Event, InvalidEvent
 from eventop.handlers.registry import Registry
 from eventop.testing.waiting import wait_until
 
@@ -406,6 +406,20 @@ def test_a_reference_mode_event_of_an_object_that_is_gone_waits_only_for_the_cac
     ticket, _notes = engine.submit(ref_event("delete", obj))
     assert ticket.wait(20)
     assert engine.cache.informer("v1", "ConfigMap").store.get(NS, "s") is None
+
+
+def test_an_event_naming_a_namespaced_object_without_its_namespace_is_refused_not_taken_as_gone(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """Looked up as it is, the object would be "gone" (or found in another namespace): no
+    API server sends such an event, so it is the sender's mistake (the router answers 400)."""
+    obj = local_kube.put(cm("t", {"v": "1"}))
+    nameless = {**obj, "metadata": {k: v for k, v in obj["metadata"].items()
+                                    if k != "namespace"}}
+    for event in (ref_event("add", nameless), Event.for_object("add", nameless)):
+        with pytest.raises(InvalidEvent, match="without a namespace, but ConfigMap is "
+                                               "namespaced"):
+            engine.submit(event)
+    assert counting.runs == []
 
 
 def test_a_status_worked_out_before_the_runs_writes_is_brought_up_to_date_by_one_more_run(

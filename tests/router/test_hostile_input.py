@@ -199,3 +199,19 @@ def test_metadata_of_a_shape_no_api_server_sends_is_a_400_naming_the_field(
                        data=json.dumps(obj))
     assert resp.status_code == 400
     assert "metadata.ownerReferences must be a list" in resp.get_json()["error"]
+
+
+@pytest.mark.parametrize("type_", ["dev.knative.apiserver.ref.add",
+                                   "dev.knative.apiserver.resource.add"])
+def test_an_event_naming_a_namespaced_object_without_a_namespace_is_a_400_not_a_deletion(
+        client: FlaskClient, type_: str) -> None:
+    """Taken as it is, the ExchangeRate would be looked up and found gone ("its owned
+    children go with it"), an answer about an object the sender never named."""
+    data = {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate", "name": "x"}
+    if type_.endswith("resource.add"):
+        data = {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                "metadata": {"name": "x", "uid": "u-1", "resourceVersion": "1"}}
+    resp = client.post("/", headers=_headers(type_, "1.0"), data=json.dumps(data))
+    assert resp.status_code == 400, resp.get_json()
+    assert ("ExchangeRate 'x' without a namespace, but ExchangeRate is namespaced"
+            in resp.get_json()["error"])

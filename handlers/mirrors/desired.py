@@ -85,7 +85,8 @@ def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj]) -> Problem | 
     return Problem(HOST_PORT_CONFLICT,
                    f"hostPort {port} is already used by RegistryMirror "
                    f"{first.get('namespace')}/{first.get('name')}, created earlier; "
-                   "choose another spec.hostPort (nothing was created for this mirror)")
+                   "choose another spec.hostPort (this mirror's objects were neither "
+                   "created nor changed)")
 
 
 def held_back_by_host_port(mirror: Obj) -> bool:

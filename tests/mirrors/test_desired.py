@@ -246,6 +246,20 @@ def test_a_mirror_moving_off_a_port_frees_it_for_the_one_held_back() -> None:
     assert status(world, "a")["endpoint"] == "localhost:5002"
 
 
+def test_a_mirror_moving_onto_a_taken_port_keeps_serving_its_old_one_and_says_so() -> None:
+    world = World([new_mirror("a", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("b", "2026-11-21T07:30:00Z", hostPort=5002)])
+    world.converge(mirrors)
+    before = {k: o["metadata"]["resourceVersion"] for k, o in owned(world, "b").items()}
+    world.changed(mirrors, changed_spec(world, "b", hostPort=5001))
+    assert {k: o["metadata"]["resourceVersion"] for k, o in owned(world, "b").items()} == \
+        before
+    degraded = condition(world, "b", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
+    assert "objects were neither created nor changed" in degraded["message"]
+    assert status(world, "b")["endpoint"] == "localhost:5002"  # what still serves
+
+
 def test_an_invalid_upstream_is_a_condition_and_one_warning_not_a_crash() -> None:
     world = World([new_mirror("broken", upstream="https://quay.io/some/path", hostPort=5004)])
     for _ in range(3):

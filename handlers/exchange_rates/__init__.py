@@ -15,7 +15,9 @@ What starts a run:
   ``dev.knative.sources.ping`` from the PingSource): every ExchangeRate, with ONE provider
   request per base currency.
 
-Provider failures never touch the ConfigMap and never fail the event: they are reported in
+Provider failures never fail the event, and the ConfigMap keeps the last good rate (status
+holds that answer: a ConfigMap deleted or edited during an outage is written back from
+it). They are reported in
 status (``Ready=False`` with the reason) and as a Warning Event. An outage the status
 already reports is no reason to ask the sender for redelivery (each retry would hold a
 delivery slot and a router thread for the provider's own retries); the next change of the

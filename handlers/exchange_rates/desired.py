@@ -8,9 +8,13 @@ The rules every path shares (an ExchangeRate changed; the scheduled refresh of t
   workloads that restart on ConfigMap changes restart only when the ECB publishes a new
   rate, not every hour. It holds exactly those keys (written by replace, with a
   resourceVersion precondition);
-* on a provider failure the ConfigMap is not touched at all (the last good rate stays, in
-  the ConfigMap and in status), status says ``Ready=False`` with the failure's reason, and
-  a Warning Event is posted at every failed attempt (its ``count`` says how many);
+* on a provider failure the ConfigMap keeps the last good rate: status holds that answer
+  (``rate``, ``base``, ``currency``, ``date``, ``source``, ``lastSuccessfulFetch``), so a
+  ConfigMap deleted or edited during an outage is written back from it, as a controller
+  restores any child it owns (:func:`last_good`; not over a newer answer another replica
+  wrote, not for another base or currency). Status says ``Ready=False`` with the failure's
+  reason, and a Warning Event is posted at every failed attempt (its ``count`` says how
+  many);
 * a ConfigMap of the same name that eventop does not manage is never written
   (``ConfigMapConflict``); one an earlier ExchangeRate of this name left (deleted and created
   again before the garbage collector ran) is taken over, its old controller reference
@@ -151,12 +155,13 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
                        f"{cr['metadata'].get('generation')} already written; the refresh "
                        "keeps it fresh")
     if isinstance(answer, ProviderError):
-        retry = answer.transient and not _has_rate(cr, cm)
+        kept = _kept(cr, cm)
+        retry = answer.transient and not _has_rate(cr, cm) and kept is None
         message = answer.message
         if answer.transient:  # when it is asked again, in the status as in the log
             message += (f"; asking again in {RETRY_UNFILLED_SECONDS:g}s" if retry
                         else "; the next refresh tries again")
-        return failed(cr, answer.reason, message, now, retry=retry)
+        return failed(cr, answer.reason, message, now, retry=retry, keep=kept)
     try:
         wanted = configmap_for(cr, answer)
     except ProviderError as exc:  # the answer lacks this currency
@@ -167,7 +172,8 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
     message = f"1 {data['base']} = {data['rate']} {data['currency']} on {data['date']}"
     meta = cr["metadata"]
     ok = {
-        "rate": data["rate"], "date": data["date"],
+        "rate": data["rate"], "date": data["date"], "base": data["base"],
+        "currency": data["currency"], "source": data["source"],
         "lastSuccessfulFetch": answer.fetched_at,
         "observedGeneration": meta.get("generation"),
         "conditions": set_condition(
@@ -194,16 +200,47 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
                    events=events, summary=f"ExchangeRate {_name(cr)}: {message}")
 
 
-def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False) -> Desired:
-    """A failure reported on the ExchangeRate; its ConfigMap is not touched.
+def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False,
+           keep: Obj | None = None) -> Desired:
+    """A failure reported on the ExchangeRate; its ConfigMap is only kept as ``keep`` (the
+    last good answer, see :func:`last_good`) says, if given.
 
     ``retry``: ask again in :data:`RETRY_UNFILLED_SECONDS` (an outage that may pass, and no
     rate written yet: waiting for the hourly refresh would leave the ConfigMap missing for
     up to an hour). A rate already written stays until the refresh replaces it."""
-    return Desired(prune=False, status=failed_status(cr, reason, message, now),
+    children = [Child(keep, mode="replace", matches=same_values)] if keep else []
+    return Desired(children, prune=False, status=failed_status(cr, reason, message, now),
                    events=[failure_note(reason, message)],
                    requeue_after=RETRY_UNFILLED_SECONDS if retry else None,
                    summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
+
+
+def last_good(cr: Obj) -> Quote | None:
+    """The last good answer for this spec's base and currency, as status keeps it; None
+    when status has none (never fetched, or written before status kept base, currency and
+    source) or has one for another base or currency (the spec changed since)."""
+    status = cr.get("status") or {}
+    base, currency = base_of(cr), currency_of(cr)
+    fields = [status.get(k) for k in ("rate", "date", "source", "lastSuccessfulFetch")]
+    if not all(isinstance(f, str) and f for f in fields) \
+            or (status.get("base"), status.get("currency")) != (base, currency):
+        return None
+    rate, date, source, fetched_at = (str(f) for f in fields)
+    return Quote(base=base, date=date, rates={currency: rate}, source=source,
+                 fetched_at=fetched_at)
+
+
+def _kept(cr: Obj, cm: Obj | None) -> Obj | None:
+    """The ConfigMap to keep while the provider fails: the last good answer's, unless the
+    ConfigMap is someone else's or holds an answer newer than status (another replica's
+    refresh wrote it; its status write is not cached yet)."""
+    last = last_good(cr)
+    if last is None or (cm is not None and not is_ours(cm, cr)):
+        return None
+    written = str(((cm or {}).get("data") or {}).get("fetchedAt") or "")
+    if written > last.fetched_at:
+        return None
+    return configmap_for(cr, last)
 
 
 def _has_rate(cr: Obj, cm: Obj | None) -> bool:
@@ -214,8 +251,9 @@ def _has_rate(cr: Obj, cm: Obj | None) -> bool:
 
 
 def failed_status(cr: Obj, reason: str, message: str, now: str) -> Obj:
-    """``Ready=False`` with the reason; the last good ``rate``, ``date`` and
-    ``lastSuccessfulFetch`` stay in status (a merge patch leaves them)."""
+    """``Ready=False`` with the reason; the last good answer (``rate``, ``date``,
+    ``base``, ``currency``, ``source``, ``lastSuccessfulFetch``) stays in status (a merge
+    patch leaves it)."""
     meta = cr["metadata"]
     return {
         "observedGeneration": meta.get("generation"),

@@ -308,6 +308,55 @@ def test_a_failed_refresh_leaves_the_configmap_and_counts_a_warning_per_attempt(
     assert requests_mock.call_count == 3
 
 
+@pytest.mark.parametrize("harm", ["deleted", "edited"])
+def test_during_an_outage_a_deleted_or_edited_configmap_gets_the_last_good_rate_back(
+        requests_mock: rm.Mocker, harm: str) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    good = configmap(world, "er")
+    assert good is not None
+    requests_mock.get(base_url("EUR"), status_code=503)
+    if harm == "deleted":
+        world.delete("v1/ConfigMap", "er", NAMESPACE)
+    else:
+        world.put({**good, "data": {**good["data"], "rate": "999"}})
+    world.changed(rates, cr(world, "er"))  # (the engine maps the ConfigMap's change to it)
+    back = configmap(world, "er")
+    assert back is not None and back["data"] == good["data"]
+    assert ready(world, "er")["reason"] == "ProviderUnavailable"
+    assert cr(world, "er")["status"]["rate"] == "1.0812"
+
+
+def test_during_an_outage_a_rate_of_another_currency_is_never_written_back(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    requests_mock.get(base_url("EUR"), status_code=503)
+    world.delete("v1/ConfigMap", "er", NAMESPACE)
+    changed = cr(world, "er")
+    changed = world.put({**changed, "spec": {**changed["spec"], "currency": "GBP"}})
+    world.changed(rates, changed)
+    assert configmap(world, "er") is None  # the USD rate is no GBP rate
+    assert ready(world, "er")["reason"] == "ProviderUnavailable"
+
+
+def test_during_an_outage_a_newer_rate_another_replica_wrote_is_left_alone(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    good = configmap(world, "er")
+    assert good is not None
+    newer = {**good["data"], "rate": "1.0900", "date": "2026-11-21",
+             "fetchedAt": "2999-01-01T00:00:00Z"}
+    world.put({**good, "data": newer})
+    requests_mock.get(base_url("EUR"), status_code=503)
+    world.changed(rates, cr(world, "er"))
+    assert configmap(world, "er")["data"] == newer  # type: ignore[index]
+
+
 def test_a_refresh_failure_of_one_base_does_not_stop_the_other(requests_mock: rm.Mocker) -> None:
     world = World([exchange_rate("eur-usd", "USD"), exchange_rate("usd-jpy", "JPY", base="USD")])
     requests_mock.get(base_url("EUR"), status_code=500)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -78,7 +79,10 @@ def cluster_pipeline(pipeline_env: dict[str, str], tmp_path: object) -> Iterator
         pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
     from eventop.testing import RealCluster
 
-    pipe = _pipeline(RealCluster(kubeconfig), pipeline_env, tmp_path)
+    # The CRDs as this checkout has them, served before the test starts (on a fresh cluster,
+    # a test run alone would otherwise create its objects before anything installed them).
+    crds = Path(__file__).resolve().parents[1] / "crds"
+    pipe = _pipeline(RealCluster(kubeconfig, [crds]), pipeline_env, tmp_path)
     try:
         yield pipe
     finally:

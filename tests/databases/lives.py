@@ -301,6 +301,9 @@ def delete_with_snapshots(life: Life) -> list[str]:
     for snapshot in snapshots:
         assert life.get(f"{SNAPSHOTS}/VolumeSnapshot", snapshot), snapshot
     assert life.password() == password
+    # where the data went, in the Database's Events (it is gone, they stay)
+    said = life.wait("a Snapshotted Event", lambda: life.events("Snapshotted"))
+    assert all(name in said[0]["message"] for name in snapshots + volumes), said[0]["message"]
     return snapshots
 
 

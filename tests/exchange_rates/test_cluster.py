@@ -112,3 +112,19 @@ def test_refresh_on_a_real_cluster_asks_once_per_base_and_keeps_values_on_failur
     events = [e for e in pipe.cluster.kube.list("v1", "Event", namespace)
               if e["involvedObject"]["name"] == "usd" and e["type"] == "Warning"]
     assert [e["reason"] for e in events] == ["ProviderUnavailable"]
+
+    # a ConfigMap deleted during the outage comes back with the last good rate, which the
+    # real API server kept in status (its CRD's status schema has every field of it)
+    status = pipe.cluster.kube.get(*ER, "usd", namespace)["status"]
+    assert (status["base"], status["currency"], status["rate"]) == ("EUR", "USD", "1.0812")
+    gone = pipe.cluster.kube.get("v1", "ConfigMap", "usd", namespace)
+    pipe.cluster.remove("v1", "ConfigMap", "usd", namespace)
+    assert pipe.post("delete", gone) in (200, 202)
+
+    def values(data: dict[str, str]) -> dict[str, str]:  # fetchedAt: the last good fetch's
+        return {k: v for k, v in data.items() if k != "fetchedAt"}
+
+    def restored() -> bool:
+        cm = pipe.cluster.kube.get_or_none("v1", "ConfigMap", "usd", namespace)
+        return cm is not None and values(cm["data"]) == values(cms["usd"]["data"])
+    pipe.cluster.wait_for(restored, what="ConfigMap usd written back with the last good rate")

@@ -141,9 +141,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     if snapshots is not None:  # all ready: the volumes go, and the Event says where the data is
         step.condition = snapshots.condition
         step.kept = snapshots.kept
-        step.events = [(kind, reason, f"{message}; data volumes deleted: "
-                                      f"{_volume_list(observed)}")
-                       for kind, reason, message in snapshots.events] + step.events
+        step.events = snapshots.events + step.events
     if done:  # the snapshot policy kept by a final backup: say where, as Snapshotted does
         names = Names.of(spec.name)
         step.events.append(("Normal", "FinalBackupKept",
@@ -268,7 +266,9 @@ def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
     done = ", ".join(sorted(wanted.values())) or "none (no data volume)"
     return _Step(("True", "Snapshotted", f"VolumeSnapshots ready: {done}"), kept=kept,
                  finalize=True,
-                 events=[("Normal", "Snapshotted", f"data kept in VolumeSnapshots {done}")])
+                 events=[("Normal", "Snapshotted", f"data kept in VolumeSnapshots {done}; "
+                                                   f"data volumes deleted: "
+                                                   f"{_volume_list(observed)}")])
 
 
 def _delete_volumes(observed: Observed, policy: str) -> _Step:

@@ -52,6 +52,7 @@ from eventop.handlers.exchange_rates.desired import (
     desired,
     earlier_ones,
     is_converged,
+    written_at,
 )
 from eventop.handlers.registry import Registry
 from eventop.kube import Kube, is_owned_by, now_rfc3339
@@ -79,9 +80,8 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
     answers = fetch.answers()
     # Not an answer older than what the status or the ConfigMap already holds (another
     # replica's refresh writes the ConfigMap first: its status may not be cached yet).
-    written = str(((cm or {}).get("data") or {}).get("fetchedAt") or "")
     answer = answers.recent(base_of(cr), currency_of(cr),
-                            not_before=max(decided_at(cr), written))
+                            not_before=max(decided_at(cr), written_at(cm)))
     if answer is None and not is_converged(cr, cm):
         answer = answers.fetch(base_of(cr), currency_of(cr))
     return desired(cr, cm, answer, now_rfc3339())

@@ -137,6 +137,11 @@ def is_converged(cr: Obj, cm: Obj | None) -> bool:
             and data.get("rate") == status.get("rate"))
 
 
+def written_at(cm: Obj | None) -> str:
+    """When the answer ``cm`` holds was fetched (its ``fetchedAt``; "" if none)."""
+    return str(((cm or {}).get("data") or {}).get("fetchedAt") or "")
+
+
 def decided_at(cr: Obj) -> str:
     """When the status of ``cr`` was last decided (RFC 3339; "" if never): its last
     successful fetch, or the last change of its Ready condition, whichever is later. A
@@ -237,8 +242,7 @@ def _kept(cr: Obj, cm: Obj | None) -> Obj | None:
     last = last_good(cr)
     if last is None or (cm is not None and not is_ours(cm, cr)):
         return None
-    written = str(((cm or {}).get("data") or {}).get("fetchedAt") or "")
-    if written > last.fetched_at:
+    if written_at(cm) > last.fetched_at:
         return None
     return configmap_for(cr, last)
 

@@ -54,6 +54,18 @@ def refresh(world: World, type_: str = REFRESH_TYPE) -> None:
     world.triggered(rates, Event.simple(type_))
 
 
+def written_then_down(requests_mock: rm.Mocker) -> tuple[World, Obj]:
+    """ExchangeRate ``er`` (USD) with its ConfigMap written from a good answer, then the
+    provider down (503); the world and that ConfigMap."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    good = configmap(world, "er")
+    assert good is not None
+    requests_mock.get(base_url("EUR"), status_code=503)
+    return world, good
+
+
 # -- one ExchangeRate added or changed ---------------------------------------------------------
 
 def test_added_exchange_rate_gets_an_owned_configmap_with_the_exact_rate(
@@ -156,10 +168,7 @@ def test_an_outage_before_any_rate_was_written_is_asked_again_without_waiting_fo
 
 def test_an_outage_after_a_rate_was_written_waits_for_the_refresh_and_keeps_the_rate(
         requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    world = World()
-    added(world, exchange_rate("er", "USD"))
-    requests_mock.get(base_url("EUR"), status_code=503)
+    world, _good = written_then_down(requests_mock)
     [result] = world.triggered(rates, Event.simple(REFRESH_TYPE))
     assert ready(world, "er")["reason"] == "ProviderUnavailable"
     assert result.requeue_after is None
@@ -311,12 +320,7 @@ def test_a_failed_refresh_leaves_the_configmap_and_counts_a_warning_per_attempt(
 @pytest.mark.parametrize("harm", ["deleted", "edited"])
 def test_during_an_outage_a_deleted_or_edited_configmap_gets_the_last_good_rate_back(
         requests_mock: rm.Mocker, harm: str) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    world = World()
-    added(world, exchange_rate("er", "USD"))
-    good = configmap(world, "er")
-    assert good is not None
-    requests_mock.get(base_url("EUR"), status_code=503)
+    world, good = written_then_down(requests_mock)
     if harm == "deleted":
         world.delete("v1/ConfigMap", "er", NAMESPACE)
     else:
@@ -330,10 +334,7 @@ def test_during_an_outage_a_deleted_or_edited_configmap_gets_the_last_good_rate_
 
 def test_during_an_outage_a_rate_of_another_currency_is_never_written_back(
         requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    world = World()
-    added(world, exchange_rate("er", "USD"))
-    requests_mock.get(base_url("EUR"), status_code=503)
+    world, _good = written_then_down(requests_mock)
     world.delete("v1/ConfigMap", "er", NAMESPACE)
     changed = cr(world, "er")
     changed = world.put({**changed, "spec": {**changed["spec"], "currency": "GBP"}})
@@ -344,15 +345,10 @@ def test_during_an_outage_a_rate_of_another_currency_is_never_written_back(
 
 def test_during_an_outage_a_newer_rate_another_replica_wrote_is_left_alone(
         requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
-    world = World()
-    added(world, exchange_rate("er", "USD"))
-    good = configmap(world, "er")
-    assert good is not None
+    world, good = written_then_down(requests_mock)
     newer = {**good["data"], "rate": "1.0900", "date": "2026-11-21",
              "fetchedAt": "2999-01-01T00:00:00Z"}
     world.put({**good, "data": newer})
-    requests_mock.get(base_url("EUR"), status_code=503)
     world.changed(rates, cr(world, "er"))
     assert configmap(world, "er")["data"] == newer  # type: ignore[index]
 

@@ -10,32 +10,39 @@ import yaml
 
 from eventop.kube import Kube
 from eventop.kube.backoff import Backoff
-from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.informer import Cache, Informer, InformerSpec
 from eventop.kube.reflector import WatchSettings
 from eventop.testing.waiting import wait_until
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "databases" / "schemas" / "volumesnapshots.yaml"
+SNAPSHOT_KIND = ("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+
+
+def snapshot_cache(kube: Any, missing_retry: float) -> tuple[Cache, Informer]:
+    """A started cache of VolumeSnapshots with quick watches, and its informer."""
+    cache = Cache(kube, [InformerSpec(*SNAPSHOT_KIND)],
+                  settings=WatchSettings(resync_seconds=0, read_timeout=2.0, watch_timeout=1,
+                                         backoff=Backoff(0.05, 0.2)),
+                  missing_retry=missing_retry).start()
+    informer = cache.informer(*SNAPSHOT_KIND)
+    assert informer is not None
+    return cache, informer
 
 
 def test_a_kind_whose_crd_is_deleted_is_not_served_until_it_is_installed_again(
         local_kube: Any, kube: Any) -> None:
     crd = yaml.safe_load(SNAPSHOTS.read_text())
     local_kube.put(crd)
-    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
-                  settings=WatchSettings(resync_seconds=0, read_timeout=2.0, watch_timeout=1,
-                                         backoff=Backoff(0.05, 0.2)),
-                  missing_retry=0.2).start()
+    cache, informer = snapshot_cache(kube, missing_retry=0.2)
     try:
-        informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
-        assert informer is not None
         assert wait_until(lambda: informer.synced, 10)
-        assert cache.store("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is not None
+        assert cache.store(*SNAPSHOT_KIND) is not None
         local_kube.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition",
                           crd["metadata"]["name"])
         # Its readers learn it is not served (the Database handler then takes a final
         # backup instead of waiting for snapshots that can never be made)
         assert wait_until(lambda: not informer.synced and informer.missing, 10)
-        assert cache.store("snapshot.storage.k8s.io/v1", "VolumeSnapshot") is None
+        assert cache.store(*SNAPSHOT_KIND) is None
         local_kube.put(crd)
         assert wait_until(lambda: informer.synced and not informer.missing, 10)
     finally:
@@ -61,13 +68,8 @@ def test_an_event_of_a_kind_not_served_makes_its_cache_look_again_at_once(
     or a Knative source's) is answered 503 while the cache does not serve it, and its
     redelivery, 0.2 s to a few seconds later, must not wait out the next poll (10 s)."""
     crd = yaml.safe_load(SNAPSHOTS.read_text())
-    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
-                  settings=WatchSettings(resync_seconds=0, read_timeout=2.0, watch_timeout=1,
-                                         backoff=Backoff(0.05, 0.2)),
-                  missing_retry=60.0).start()
+    cache, informer = snapshot_cache(kube, missing_retry=60.0)
     try:
-        informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
-        assert informer is not None
         assert wait_until(lambda: informer.missing, 10)
         local_kube.put(crd)
         informer.look_again()
@@ -78,10 +80,7 @@ def test_an_event_of_a_kind_not_served_makes_its_cache_look_again_at_once(
 
 def test_stopping_a_cache_that_waits_for_a_kind_to_be_served_ends_its_watch_at_once(
         local_kube: Any, kube: Any) -> None:
-    cache = Cache(kube, [InformerSpec("snapshot.storage.k8s.io/v1", "VolumeSnapshot")],
-                  missing_retry=60.0).start()
-    informer = cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
-    assert informer is not None
+    cache, informer = snapshot_cache(kube, missing_retry=60.0)
     assert wait_until(lambda: informer.missing, 10)
     cache.stop(join_seconds=5.0)
     assert not informer.reflector.running

@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.tooling import REPO, tracked_files
 
 # Files of the team's workspace, next to the repository but never part of it (CI's own
 # scripts under .ci/ may use the workspace's tools; users never see them).
 OUTSIDE = re.compile(r"DESIGN\.md|shared/recordings")
 
 
-def _tracked_files() -> list[Path]:
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
-                             check=True, timeout=60).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    return [REPO / name for name in out.decode().split("\0") if name]
-
-
 def test_no_file_refers_to_files_outside_the_repository() -> None:
     found = []
-    for path in _tracked_files():
+    for path in tracked_files():
         if path.suffix in (".py", ".md", ".txt", ".toml", ".yaml", ".yml", ".cfg", "") \
                 and path.is_file() and path != Path(__file__) \
                 and path.relative_to(REPO).parts[0] != ".ci":

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-import pytest
-
 from eventop import variables
+from tests.tooling import REPO, tracked_files
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bEVENTOP_[A-Z0-9_]*[A-Z0-9]\b")
 
 
@@ -27,13 +24,7 @@ def _named_in(paths: list[Path]) -> dict[str, str]:
 
 
 def _tracked() -> list[Path]:
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
-                             check=True, timeout=60).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    return [REPO / name for name in out.decode().split("\0")
-            if name and name != "eventop/variables.py"]
+    return [p for p in tracked_files() if p != REPO / "eventop" / "variables.py"]
 
 
 def test_every_variable_the_code_docs_and_manifests_name_is_known_to_the_check() -> None:

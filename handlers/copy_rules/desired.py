@@ -153,6 +153,11 @@ def is_target(rule: Obj, namespace: Obj) -> bool:
     ``targetNamespaces.selector`` narrow that: a namespace is a target if it is named, or
     matches the selector (either suffices when both are given). System namespaces are
     targets only when named explicitly. Terminating namespaces never are.
+
+    An empty ``names`` list narrows like any other: it names no namespace. Read as "not
+    given" it would widen a rule to the whole cluster, and a template that rendered an empty
+    list would copy a Secret into every namespace (the CRD refuses ``names: []`` too; this
+    holds for objects stored before it did).
     """
     meta = namespace.get("metadata") or {}
     name = meta.get("name")
@@ -170,7 +175,7 @@ def is_target(rule: Obj, namespace: Obj) -> bool:
             return selector_matches(selector, meta.get("labels"))
         except ValueError as exc:
             raise SpecError(f"spec.targetNamespaces.selector: {exc}") from None
-    return not names
+    return names is None
 
 
 def may_target(rule: Obj, namespace_name: str) -> bool:
@@ -178,12 +183,12 @@ def may_target(rule: Obj, namespace_name: str) -> bool:
     ignore the chatter of kube-system ConfigMaps (leader election, every few seconds) without
     a single read."""
     targets = (rule.get("spec") or {}).get("targetNamespaces") or {}
-    names = targets.get("names") or []
-    if namespace_name in names:
+    names = targets.get("names")
+    if names and namespace_name in names:
         return True
     if namespace_name in SYSTEM_NAMESPACES:
         return False
-    return not names or targets.get("selector") is not None
+    return names is None or targets.get("selector") is not None
 
 
 def payload(obj: Obj) -> Obj:

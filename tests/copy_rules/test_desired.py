@@ -263,6 +263,19 @@ def test_may_target_rules_out_namespaces_whatever_their_labels() -> None:
                 assert d.may_target(r, name)
 
 
+def test_an_empty_list_of_target_names_names_no_namespace_and_never_widens_the_rule() -> None:
+    """``names: []`` (stored before the CRD refused it) used to read as "not given": a
+    Secret rule narrowed to two namespaces went into every namespace of the cluster."""
+    empty = rule(targets={"names": []})
+    for name in ("team-a", "default", "kube-system"):
+        assert not d.is_target(empty, ns(name))
+        assert not d.may_target(empty, name)
+    with_selector = rule(targets={"names": [], "selector": {"matchLabels": {"tier": "apps"}}})
+    assert d.is_target(with_selector, ns("team-a", labels={"tier": "apps"}))
+    assert not d.is_target(with_selector, ns("team-b"))
+    assert d.is_target(rule(targets={}), ns("team-a"))  # nothing given: every namespace
+
+
 def test_a_write_that_lost_a_race_is_no_error_in_the_rules_status() -> None:
     """With two router replicas a copy is sometimes changed by the other between this run's
     read and its write: the run is repeated, nothing was refused. It used to show as

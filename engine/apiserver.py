@@ -154,11 +154,21 @@ class KubeWriter:
             return self._wrote(self.kube.replace(obj))
 
     def delete(self, obj: Obj) -> None:
+        """Delete ``obj`` (that very version: a changed one is a 409).
+
+        An object held by finalizers is not gone when the API server answers: the delete
+        only set its deletionTimestamp, and it disappears once someone else removes the last
+        finalizer. That disappearance is not this handler's echo: it is what a run waiting
+        to create the object again (``Plan.skipped``) must hear. So only an object without
+        finalizers is forgotten at once and its deletion remembered as our own.
+        """
         meta = obj["metadata"]
         with self._write(obj):
             self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"],
                              meta.get("namespace"), uid=meta.get("uid"),
                              resource_version=meta.get("resourceVersion"))
+            if meta.get("finalizers"):
+                return
             store = self.cache.store(obj["apiVersion"], obj["kind"])
             if store is not None:
                 store.forget_deleted(obj)

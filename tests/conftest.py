@@ -47,25 +47,33 @@ def pipeline_env() -> dict[str, str]:
     return {}
 
 
-def _pipeline(cluster: object, env: dict[str, str], log_dir: object) -> object:
+@pytest.fixture
+def pipeline_workers() -> int:
+    """The router's gunicorn workers: two by default, the harder case of two replicas on one
+    object. A test of what one process remembers (its own writes' echoes) parametrizes it
+    to 1, the deployed default: with two, the other worker's watch hides a lost event."""
+    return 2
+
+
+def _pipeline(cluster: object, env: dict[str, str], log_dir: object, workers: int) -> object:
     """The kit's Pipeline (:mod:`eventop.testing`), running every built-in handler unless
-    ``env`` picks some (``EVENTOP_BUILTIN_HANDLERS``), with two gunicorn workers that, as
-    deploy/'s two replicas do, elect the one whose watch starts runs."""
+    ``env`` picks some (``EVENTOP_BUILTIN_HANDLERS``), with ``workers`` gunicorn workers
+    that, as deploy/'s replicas do, elect the one whose watch starts runs."""
     from eventop.handlers import BUILTIN
     from eventop.testing import Pipeline
 
     env = {"EVENTOP_RUN_ON_WATCH": "leader", **env}
     builtin = env.pop("EVENTOP_BUILTIN_HANDLERS",
                       ",".join(name.rpartition(".")[2] for name in BUILTIN))
-    return Pipeline(cluster, builtin=builtin, env=env, workers=2, log_dir=str(log_dir))
+    return Pipeline(cluster, builtin=builtin, env=env, workers=workers, log_dir=str(log_dir))
 
 
 @pytest.fixture
-def pipeline(local_kube: object, pipeline_env: dict[str, str],
+def pipeline(local_kube: object, pipeline_env: dict[str, str], pipeline_workers: int,
              tmp_path: object) -> Iterator[object]:
     from eventop.testing import LocalCluster
 
-    pipe = _pipeline(LocalCluster(local=local_kube), pipeline_env, tmp_path)
+    pipe = _pipeline(LocalCluster(local=local_kube), pipeline_env, tmp_path, pipeline_workers)
     try:
         yield pipe
     finally:
@@ -73,7 +81,8 @@ def pipeline(local_kube: object, pipeline_env: dict[str, str],
 
 
 @pytest.fixture
-def cluster_pipeline(pipeline_env: dict[str, str], tmp_path: object) -> Iterator[object]:
+def cluster_pipeline(pipeline_env: dict[str, str], pipeline_workers: int,
+                     tmp_path: object) -> Iterator[object]:
     kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
     if not kubeconfig:
         pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
@@ -82,7 +91,8 @@ def cluster_pipeline(pipeline_env: dict[str, str], tmp_path: object) -> Iterator
     # The CRDs as this checkout has them, served before the test starts (on a fresh cluster,
     # a test run alone would otherwise create its objects before anything installed them).
     crds = Path(__file__).resolve().parents[1] / "crds"
-    pipe = _pipeline(RealCluster(kubeconfig, [crds]), pipeline_env, tmp_path)
+    pipe = _pipeline(RealCluster(kubeconfig, [crds]), pipeline_env, tmp_path,
+                     pipeline_workers)
     try:
         yield pipe
     finally:

@@ -7,6 +7,7 @@ deleted afterwards. The real garbage collector, admission and namespace lifecycl
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,42 @@ def test_copies_orphaned_with_the_rule_are_adopted_by_the_rule_applied_again(
     assert [r["uid"] for r in adopted] == [rule["metadata"]["uid"]]
     status = p.cluster.kube.get("eventop.dev/v1", "CopyRule", run["rule"])["status"]
     assert (status["copies"], status["conflicts"]) == (1, 0)
+
+
+@pytest.mark.parametrize("pipeline_workers", [1])
+def test_a_copy_held_by_a_finalizer_when_deleted_comes_back_once_it_is_gone(
+        cluster_pipeline: Any, run: dict[str, Any]) -> None:
+    """The rule deletes a copy someone's finalizer holds, then wants it again while it is
+    still going: the run skips it, and its final disappearance must start the run that
+    makes it again (it used to be dropped as the echo of the rule's own delete)."""
+    p, ns = cluster_pipeline, run["ns"]
+    p.cluster.put(ns_obj(ns["src"]))
+    p.cluster.put(ns_obj(ns["t1"], run["label"]))
+    source = p.cluster.put({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "app-config", "namespace": ns["src"],
+                                         "labels": {"copyrator": "true"}},
+                            "data": {"mirror": "m:5000"}})
+    assert p.post("add", p.cluster.put(rule_body(run, "configmap"))) == 200
+    p.cluster.wait_for(lambda: get_cm(p, ns["t1"]), what="copy")
+    kube = p.cluster.kube
+    kube.patch("v1", "ConfigMap", "app-config", ns["t1"],
+               {"metadata": {"finalizers": ["example.com/hold"]}})
+    source["metadata"]["labels"] = {}
+    source = p.cluster.put(source)
+    assert p.post("update", source) == 200
+    p.cluster.wait_for(lambda: (get_cm(p, ns["t1"]) or {}).get("metadata", {})
+                       .get("deletionTimestamp"), what="copy being deleted")
+    time.sleep(1.0)  # the router's cache holds the copy going: the next run skips it
+    source["metadata"]["labels"] = {"copyrator": "true"}
+    assert p.post("update", p.cluster.put(source)) == 200
+    held = get_cm(p, ns["t1"])
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    kube.patch("v1", "ConfigMap", "app-config", ns["t1"], {"metadata": {"finalizers": None}})
+    p.cluster.wait_for(lambda: get_cm(p, ns["t1"]) is None, what="held copy gone")
+    time.sleep(1.0)  # the order of a real watcher: the router's own watch sees it go first
+    p.post("delete", held)
+    again = p.cluster.wait_for(
+        lambda: (c := get_cm(p, ns["t1"])) is not None
+        and not c["metadata"].get("deletionTimestamp") and c, what="copy made again")
+    assert again["data"] == {"mirror": "m:5000"}
+    assert again["metadata"]["uid"] != held["metadata"]["uid"]

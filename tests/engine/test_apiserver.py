@@ -298,6 +298,31 @@ def test_a_recreated_child_still_held_by_a_finalizer_is_made_again_later_not_ref
     recreate_of_a_child_held_by_a_finalizer(kube, "default")
 
 
+def test_a_child_held_by_a_finalizer_is_not_gone_when_deleted_so_its_going_is_no_echo(
+        kube: Kube) -> None:
+    """A copy held by someone's finalizer only got a deletionTimestamp from the engine's
+    delete; it goes when they remove the finalizer. That disappearance was taken for the
+    echo of the delete and dropped, so the rule that wanted the copy back (its run had
+    skipped the terminating one) heard nothing and the copy stayed missing until the next
+    resync, minutes later, with the rule Ready (found on a real API server)."""
+    held = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"v": "1"},
+                        "metadata": {"name": "held-going", "namespace": "default",
+                                     "finalizers": ["other.example/keep"]}})
+    free = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"v": "1"},
+                        "metadata": {"name": "free-going", "namespace": "default"}})
+    echoes = Echoes()
+    writer = KubeWriter(kube, Cache(kube, []), echoes)
+    try:
+        writer.delete(held)
+        writer.delete(free)
+        assert kube.get("v1", "ConfigMap", "held-going", "default")["metadata"][
+            "deletionTimestamp"]
+        assert not echoes.is_echo(held["metadata"]["uid"], None, "delete", consume=False)
+        assert echoes.is_echo(free["metadata"]["uid"], None, "delete", consume=False)
+    finally:
+        kube.patch("v1", "ConfigMap", "held-going", "default", {"metadata": {"finalizers": None}})
+
+
 def recreate_of_a_child_held_by_a_finalizer(kube: Kube, ns: str) -> None:
     from eventop.engine.plan import Action, Plan
     from eventop.engine.write import execute

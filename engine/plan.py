@@ -102,7 +102,10 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
             continue
         if not ours:
             if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
-                verb: Verb = "replace" if child.mode == "replace" else "apply"
+                # An orphan that can not be changed in place (an immutable copy of a source
+                # made again) is adopted by being made again, as an owned child would be.
+                verb: Verb = ("recreate" if child.recreate
+                              else "replace" if child.mode == "replace" else "apply")
                 result.actions.append(Action(verb, kind, ns, name, body, existing, child,
                                              adopt=True))
             else:

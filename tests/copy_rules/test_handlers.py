@@ -167,6 +167,30 @@ def test_copies_orphaned_with_the_rule_are_adopted_when_it_is_applied_again(
     assert (status["copies"], status["conflicts"]) == (2, 0)
 
 
+def test_immutable_copies_orphaned_with_the_rule_are_made_again_when_their_source_changed(
+        h: Harness, kube: Any) -> None:
+    """An orphaned immutable copy of a source made again with other data can not be adopted
+    by an update (the API server refuses it: field is immutable). The rule applied again
+    used to retry that update forever, the copies keeping the old data and no owner; they
+    are made again, as an owned copy would be (found on a real API server)."""
+    source = config_map("default", "registry-config", {"mirror": "m:5000"}, COPYRATOR)
+    h.world_put({**source, "immutable": True})
+    h.settle()
+    kube.delete(desired.API_VERSION, desired.KIND, "main-rule", propagation="Orphan")
+    h.settle()
+    h.world_remove("v1", "ConfigMap", "registry-config", "default")
+    h.world_put({**source, "immutable": True, "data": {"mirror": "m:5001"}})
+    h.world_put(copy_rule("main-rule"))
+    h.settle()
+    new_uid = h.rule("main-rule")["metadata"]["uid"]
+    for key in ("team-a/registry-config", "team-b/registry-config"):
+        copy_ = h.objects()[key]
+        assert copy_["data"] == {"mirror": "m:5001"} and copy_.get("immutable") is True
+        assert [r["uid"] for r in copy_["metadata"]["ownerReferences"]] == [new_uid]
+    status = h.rule("main-rule")["status"]
+    assert (status["copies"], status["conflicts"], status.get("errors", 0)) == (2, 0, 0)
+
+
 def test_namespace_relabelled_out_of_the_targets_loses_its_copies(h: Harness) -> None:
     h.world_put(copy_rule("main-rule", targets={"selector": {"matchLabels": {"tier": "apps"}}}))
     h.settle()

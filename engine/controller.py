@@ -76,9 +76,11 @@ class Controller:
       reading a kind not declared anywhere is an error that names it;
     * ``registry``: where to register it (else call ``registry.add(controller)``);
     * ``conflict_events``: post a Warning Event when a desired child's name is taken by an
-      object this parent does not own, when the API server refuses a write (with its
-      reason) and when a run fails (``ReconcileFailed``); False when the handler reports
-      these itself;
+      object this parent does not own (``ChildConflict``); False when the handler reports
+      conflicts in its own words;
+    * ``refusal_events``: post a Warning Event when the API server refuses a write (with its
+      reason: a quota, an immutable field, RBAC) and when a run fails (``ReconcileFailed``);
+      by default as ``conflict_events``, False when the handler reports these itself;
     * ``degraded_condition``: the type of a condition the parent's status holds True while
       something is wrong (``"Degraded"``); an invalid spec (:class:`SpecError`) sets it True
       with the same reason and message as ``Ready=False``;
@@ -93,6 +95,7 @@ class Controller:
                  owns: Iterable[KindSpec] = (), reads: Iterable[KindSpec] = (),
                  field_manager: str | None = None, finalizer: str | None = None,
                  registry: Registry | None = None, conflict_events: bool = True,
+                 refusal_events: bool | None = None,
                  degraded_condition: str | None = None, overlap: bool = False,
                  module: str | None = None) -> None:
         from eventop.handlers.registry import field_manager_for
@@ -105,6 +108,7 @@ class Controller:
         self.field_manager = field_manager or field_manager_for(self.module, self.name)
         self._finalizer = finalizer
         self.conflict_events = conflict_events
+        self.refusal_events = conflict_events if refusal_events is None else refusal_events
         self.degraded_condition = degraded_condition
         self.overlap = overlap
         self.reconcile_fn: ReconcileFn | None = None

@@ -147,7 +147,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     except errors.Unavailable:
         raise  # the API server's state, not this parent's: the events say it
     except Exception as exc:
-        if ctl.conflict_events and seen_conflicts is not None:
+        if ctl.refusal_events and seen_conflicts is not None:
             _report_failure(ctl, parent, exc, writer, seen_conflicts.setdefault(uid, set()))
         raise
     if pipeline is None:
@@ -187,11 +187,13 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     notes = desired.notes_for(outcome)
     result.notes = notes if result.status_written or (status is None and not overtaken) \
         else [n for n in notes if n.every_run]
-    if ctl.conflict_events and seen_conflicts is not None:
+    if seen_conflicts is not None:
         seen = seen_conflicts.setdefault(uid, set())
-        result.notes += _new_conflicts(ctl, outcome, seen)
-        result.notes += _new_refusals(outcome, seen)
-        _once(seen, "failed: ", {})  # it runs again: a later failure is news again
+        if ctl.conflict_events:
+            result.notes += _new_conflicts(ctl, outcome, seen)
+        if ctl.refusal_events:
+            result.notes += _new_refusals(outcome, seen)
+            _once(seen, "failed: ", {})  # it runs again: a later failure is news again
     for note in result.notes:
         writer.post_event(parent, note)
     if deleting and desired.done and not outcome.errors:

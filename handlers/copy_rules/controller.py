@@ -48,6 +48,7 @@ rules = Controller(
     "copy-rules", parent=RULES, owns=["v1/ConfigMap", "v1/Secret"],
     reads=[Kind("v1/Namespace", metadata_only=True)],
     conflict_events=False,  # CopyConflict Events with the rule's own wording, see _notes
+    refusal_events=True,  # a copy refused (a quota, an immutable field): WriteRefused Events
     # Copies are read from the cache alone: a rule's runs may overlap, so a namespace created
     # while a run waits for a slow copy elsewhere is copied at once.
     overlap=True,

@@ -291,3 +291,26 @@ def test_a_write_that_lost_a_race_is_no_error_in_the_rules_status() -> None:
     assert quiet["errors"] == 0 and "lastError" not in quiet
     loud = rule_status(rule(), 1, Outcome(errors=[lost, refused]))
     assert loud["errors"] == 1 and "forbidden" in loud["lastError"]
+
+
+def test_a_copy_the_api_server_refuses_is_a_warning_event_on_the_rule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quota or an immutable field refusing a copy showed only in the rule's status: its
+    own conflict wording had turned off the engine's WriteRefused Events too, so `kubectl
+    describe copyrule` said nothing (found on a real API server)."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
+        raise errors.Forbidden('configmaps "registry-config" is forbidden: exceeded quota: '
+                               "cmq, requested: count/configmaps=1, used: "
+                               "count/configmaps=1, limited: count/configmaps=1",
+                               reason="Forbidden")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    world = World([rule(), ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    assert note.type == "Warning" and "exceeded quota: cmq" in note.message
+    status = world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]
+    assert status["errors"] == 1

@@ -731,3 +731,24 @@ def test_a_child_made_in_create_mode_then_applied_unchanged_costs_no_write() -> 
     assert [w[:2] for w in world.writes if w[1] == "Secret"] == [("create", "Secret")]
     annotations = world.get("v1/Secret", "a-credentials", "teams")["metadata"]["annotations"]
     assert "eventop.dev/created-not-applied" in annotations  # a later change hands over first
+
+
+def test_refusal_events_follow_conflict_events_unless_asked_for_on_their_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that words its conflicts itself (conflict_events=False) may still want the
+    engine's WriteRefused Events (copy rules do); by default it reports both itself."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
+        raise errors.Invalid("data: Too long", status=422, reason="Invalid")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    for options, posted in (({"conflict_events": False}, False),
+                            ({"conflict_events": False, "refusal_events": True}, True),
+                            ({"conflict_events": True, "refusal_events": False}, False),
+                            ({}, True)):
+        world = World([team("a", ["ann"])])
+        world.reconcile(teams_controller(**options), "a", "teams")
+        refusals = [n for _name, n in world.events if n.reason == "WriteRefused"]
+        assert bool(refusals) == posted, options

@@ -16,7 +16,7 @@ with it) and labelled with the standard ``app.kubernetes.io/*`` labels:
 
 Nothing here reads or decides: :mod:`.spec` says what the mirror asks for, :mod:`.desired`
 decides *whether* the objects are wanted and feeds in what it read (the PVC size to keep,
-the Secret's resourceVersion).
+a hash of the credentials the registry reads).
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ CACHE_VOLUME = "cache"
 # StatefulSet: its pods carry ``controller-revision-hash=<sts name>-<10 chars>`` (a label
 # value, max 63), so the StatefulSet name must stay within 52; "mirror-" + 40 = 47.
 MAX_NAME_PART = 40
+
+#: The keys of the credentials Secret the registry reads (its upstream login).
+CREDENTIAL_KEYS = ("username", "password")
 
 
 # -- names and labels ---------------------------------------------------------------
@@ -133,7 +136,8 @@ def _meta(mirror: Obj, name: str, component: str) -> Obj:
 def pvc(mirror: Obj, spec: MirrorSpec, *, size: str | None = None,
         storage_class: str | None = None) -> Obj:
     """The cache claim. ``size``/``storage_class`` override the spec (to keep what exists:
-    a claim never shrinks and its class is immutable)."""
+    a claim never shrinks and its class is immutable); ``storage_class=""`` keeps a claim
+    without a class."""
     names = Names.of(mirror["metadata"]["name"])
     body: Obj = {
         "accessModes": ["ReadWriteOnce"],
@@ -210,7 +214,7 @@ def registry_env(spec: MirrorSpec) -> list[Obj]:
         {"name": "REGISTRY_LOG_LEVEL", "value": "info"},
     ]
     if spec.credentials_secret:
-        for key in ("username", "password"):
+        for key in CREDENTIAL_KEYS:
             env.append({"name": f"REGISTRY_PROXY_{key.upper()}", "valueFrom": {
                 "secretKeyRef": {"name": spec.credentials_secret, "key": key}}})
     return env
@@ -233,9 +237,9 @@ def _container_security() -> Obj:
 
 
 def statefulset(mirror: Obj, spec: MirrorSpec, *, credentials_version: str | None = None) -> Obj:
-    """The registry. ``credentials_version`` (the Secret's resourceVersion) goes into a pod
-    annotation so that rotated credentials roll the pod: env from a Secret is read only at
-    container start."""
+    """The registry. ``credentials_version`` (a hash of the credentials it reads from the
+    Secret, see ``desired.credentials_digest``) goes into a pod annotation so that rotated
+    credentials roll the pod: env from a Secret is read only at container start."""
     names = Names.of(mirror["metadata"]["name"])
     template_annotations = {
         "prometheus.io/scrape": "true", "prometheus.io/port": str(DEBUG_PORT),

@@ -6,11 +6,12 @@ it). The decisions, in order, each of which stops the mirror short of writing an
 (its objects stay as they were) and says why in ``Degraded``:
 
 1. an invalid spec (:mod:`.spec` raises the engine's ``SpecError``; the engine reports it);
-2. a **hostPort** another mirror claimed first: hostPorts are per node, so unique across
-   every mirror of the cluster. The earliest mirror (creationTimestamp, then
-   namespace/name) keeps a port; a mirror being deleted no longer holds one. A mirror held
-   back this way is reconciled again when the change of another mirror may free its port
-   (see the mapping in the package);
+2. a **hostPort** another mirror holds: hostPorts are per node, so unique across every
+   mirror of the cluster. The mirror whose DaemonSet already uses the port keeps it (one
+   moving onto a served port is the one held back); when none does yet, the earliest
+   mirror (creationTimestamp, then namespace/name). A mirror being deleted no longer holds
+   one. A mirror held back this way is reconciled again when the change of another mirror
+   may free its port (see the mapping in the package);
 3. a missing or incomplete **credentials Secret** (its data is only checked for the two
    keys, never copied: the registry reads it through ``secretKeyRef``);
 4. an object at one of the mirror's names that eventop did not create for it (a user's
@@ -27,7 +28,10 @@ only, the other objects still converge, and ``Degraded=ResizeRefused`` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import base64
+import hashlib
+import json
+from collections.abc import Callable, Collection
 from typing import Any
 
 from eventop.engine import Child, Desired, Note, Outcome, Reads
@@ -45,6 +49,7 @@ from eventop.handlers.mirrors.status import (
     DEGRADED,
     Problem,
     compute_status,
+    host_port,
     transition_notes,
 )
 from eventop.kube import MANAGED_BY, MANAGED_BY_LABEL, get_condition, is_owned_by, now_rfc3339
@@ -63,30 +68,49 @@ HOST_PORT_CONFLICT = "HostPortConflict"
 # -- the decisions, one by one ---------------------------------------------------------
 
 
-def _claim_key(mirror: Obj) -> tuple[str, str, str]:
+def _claim_key(mirror: Obj, holders: Collection[str]) -> tuple[bool, str, str, str]:
+    """A mirror whose node proxies already serve the port first, then the earliest."""
     meta = mirror["metadata"]
-    return (str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""),
-            str(meta.get("name")))
+    return (meta.get("uid") not in holders, str(meta.get("creationTimestamp") or ""),
+            str(meta.get("namespace") or ""), str(meta.get("name")))
 
 
-def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj]) -> Problem | None:
-    """The earliest mirror (creationTimestamp, then namespace/name) keeps a hostPort; any
-    later one claiming it is in conflict. Mirrors being deleted no longer hold a port."""
-    mine = _claim_key(mirror)
+def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj],
+                       holders: Collection[str] = ()) -> Problem | None:
+    """The mirror already holding a hostPort keeps it; any other claiming it is in conflict.
+
+    ``holders`` are the uids of the mirrors whose own DaemonSet already uses the port
+    (:func:`port_holders`): a mirror moving onto a port another mirror serves must not take
+    it over (two DaemonSets on one hostPort, the one there first blamed). Among mirrors
+    none of which serves it yet (both new, or both already clashing), the earliest
+    (creationTimestamp, then namespace/name) keeps it. Mirrors being deleted no longer hold
+    a port.
+    """
+    mine = _claim_key(mirror, holders)
     uid = mirror["metadata"].get("uid")
-    holders = sorted(
+    ahead = sorted(
         (m for m in mirrors
          if m["metadata"].get("uid") != uid and not m["metadata"].get("deletionTimestamp")
-         and host_port_of(m) == port and _claim_key(m) < mine),
-        key=_claim_key)
-    if not holders:
+         and host_port_of(m) == port and _claim_key(m, holders) < mine),
+        key=lambda m: _claim_key(m, holders))
+    if not ahead:
         return None
-    first = holders[0]["metadata"]
+    first = ahead[0]["metadata"]
+    why = "whose node proxies serve it" if first.get("uid") in holders else "created earlier"
     return Problem(HOST_PORT_CONFLICT,
                    f"hostPort {port} is already used by RegistryMirror "
-                   f"{first.get('namespace')}/{first.get('name')}, created earlier; "
+                   f"{first.get('namespace')}/{first.get('name')}, {why}; "
                    "choose another spec.hostPort (this mirror's objects were neither "
                    "created nor changed)")
+
+
+def port_holders(port: int, mirrors: list[Obj],
+                 daemonset_of: Callable[[Obj], Obj | None]) -> set[str]:
+    """The uids of the mirrors claiming ``port`` whose own DaemonSet (``daemonset_of``:
+    the one the mirror owns, or None) already uses it: they hold the port now."""
+    return {m["metadata"]["uid"] for m in mirrors
+            if host_port_of(m) == port and m["metadata"].get("uid")
+            and (ds := daemonset_of(m)) is not None and host_port(ds) == port}
 
 
 def held_back_by_host_port(mirror: Obj) -> bool:
@@ -97,7 +121,7 @@ def held_back_by_host_port(mirror: Obj) -> bool:
 
 def check_credentials(mirror: Obj, spec: MirrorSpec,
                       secret: Obj | None) -> tuple[Problem | None, str | None]:
-    """(problem, the Secret's resourceVersion) for the Secret named in
+    """(problem, :func:`credentials_digest` of the Secret) for the Secret named in
     ``credentialsSecretRef`` (``secret`` is what the cache holds at that name)."""
     if not spec.credentials_secret:
         return None, None
@@ -108,12 +132,28 @@ def check_credentials(mirror: Obj, spec: MirrorSpec,
                        "spec.credentialsSecretRef does not exist; create it with keys "
                        "username and password"), None
     keys = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
-    missing = [k for k in ("username", "password") if k not in keys]
+    missing = [k for k in build.CREDENTIAL_KEYS if k not in keys]
     if missing:
         return Problem("CredentialsSecretIncomplete",
                        f"Secret {ns}/{spec.credentials_secret} lacks key(s) "
                        f"{', '.join(missing)}; the registry needs username and password"), None
-    return None, str(secret["metadata"].get("resourceVersion") or "")
+    return None, credentials_digest(secret)
+
+
+def credentials_digest(secret: Obj) -> str:
+    """A hash of what the registry reads from the Secret (its username and password), for
+    the pod annotation that rolls the registry when they change.
+
+    Only these values: a label, an annotation or another key of the Secret (any write that
+    bumps its resourceVersion) changes nothing the registry uses, so it must not restart
+    it. ``stringData`` (as written, before the API server folds it into ``data``) is
+    encoded as ``data`` would hold it, so both spellings of the same credentials agree.
+    """
+    data = secret.get("data") or {}
+    plain = secret.get("stringData") or {}
+    used = {k: base64.b64encode(str(plain[k]).encode()).decode() if k in plain
+            else data.get(k) for k in build.CREDENTIAL_KEYS}
+    return hashlib.sha256(json.dumps(used, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def plan_pvc(existing: Obj | None, spec: MirrorSpec) -> tuple[str, str | None, list[Problem],
@@ -144,12 +184,17 @@ def plan_pvc(existing: Obj | None, spec: MirrorSpec) -> tuple[str, str | None, l
     elif wanted == have:
         size = current  # same amount, maybe spelled differently: keep the server's spelling
     storage_class = spec.storage_class
-    if spec.storage_class and current_class and spec.storage_class != current_class:
-        storage_class = current_class
+    if spec.storage_class and spec.storage_class != current_class:
+        # A claim made without a class (none was asked for and the cluster has no default
+        # one) keeps having none: the class is as immutable as any other ("" tells
+        # build.pvc to write none, where None would mean the spec's).
+        storage_class = current_class or ""
+        has = f"uses storage class {current_class}" if current_class else \
+            "has no storage class"
         problems.append(Problem(
             "StorageClassImmutable",
-            f"PersistentVolumeClaim {name} uses storage class {current_class}; a claim's "
-            f"class can not change, so {spec.storage_class} is not applied"))
+            f"PersistentVolumeClaim {name} {has}; a claim's class can not change, so "
+            f"{spec.storage_class} is not applied (delete the claim to start over with it)"))
     elif not spec.storage_class:
         storage_class = current_class  # keep what the default class filled in
     return size, storage_class, problems, resize
@@ -211,7 +256,10 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
         "ds": reads.get(DAEMONSET, names.daemonset, ns),
     }
     workloads = (_owned(existing["sts"], mirror), _owned(existing["ds"], mirror))
-    problem = host_port_conflict(mirror, spec.host_port, reads.list(MIRROR))
+    everyone = reads.list(MIRROR)
+    holders = port_holders(spec.host_port, everyone, lambda m: _owned(reads.get(
+        DAEMONSET, Names.of(m["metadata"]["name"]).daemonset, m["metadata"]["namespace"]), m))
+    problem = host_port_conflict(mirror, spec.host_port, everyone, holders)
     version = None
     if problem is None:
         secret = reads.get(SECRET, spec.credentials_secret, ns) \

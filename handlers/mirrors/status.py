@@ -5,8 +5,9 @@ Two conditions, as operators conventionally report a workload they run:
 * ``Degraded``: True while something keeps the mirror from being what its spec asks for
   (a hostPort taken, a Secret missing, a refused resize, an invalid spec...), with the
   first problem's reason; False (``Reconciled``) once every object is applied;
-* ``Ready``: whether a pull from ``localhost:<hostPort>`` works on every node, from the
-  StatefulSet's and DaemonSet's own status (written by their controllers).
+* ``Ready``: whether a pull from ``localhost:<hostPort>`` works on every node as the spec
+  says, from the StatefulSet's and DaemonSet's own status (written by their controllers):
+  ``RollingOut`` while old-template pods still serve after a spec change.
 
 A Warning Event is posted when a problem appears or changes, a Normal ``Recovered`` one when
 it clears: on transitions only, so a mirror stuck on a problem does not post an Event per
@@ -41,10 +42,13 @@ def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
                     degraded: Obj | None) -> tuple[bool, str, str]:
     """(status, reason, message) of ``Ready`` from the workloads' own status.
 
-    Ready means a pull from ``localhost:<hostPort>`` works on every node: the registry has
-    a ready replica and the node proxy is ready on every node it is scheduled to. A
-    DaemonSet scheduled nowhere (no schedulable node, or its status not computed yet)
-    serves nothing, so that is not Ready either.
+    Ready means a pull from ``localhost:<hostPort>`` works on every node *as the spec now
+    says*: the registry has a ready replica, both workloads have rolled out their current
+    template (see :func:`rollout_waits`: until then only old-template pods serve, say the
+    old upstream or the old hostPort, which is not what the spec promises) and the node
+    proxy is ready on every node it is scheduled to. A DaemonSet scheduled nowhere (no
+    schedulable node, or its status not computed yet) serves nothing, so that is not Ready
+    either.
     """
     if sts is None or ds is None:
         missing = ", ".join(
@@ -66,15 +70,59 @@ def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
         return False, "NodeProxyPending", \
             f"DaemonSet {names.daemonset} has not been scheduled by its controller yet"
     desired = int(ds_status.get("desiredNumberScheduled") or 0)
-    ready = int(ds_status.get("numberReady") or 0)
+    # Available (ready for minReadySeconds) is what kubectl waits for; the API server
+    # omits a zero count, so a missing numberAvailable is none available.
+    ready = min(int(ds_status.get("numberReady") or 0),
+                int(ds_status.get("numberAvailable") or 0))
     if desired == 0:
         return False, "NoNodes", (f"DaemonSet {names.daemonset} runs on no node, so "
                                   f"localhost:{port} is served nowhere")
+    waits = rollout_waits(names, sts, ds)
+    if waits:
+        return False, "RollingOut", (f"rolling out the current spec (localhost:{port}); "
+                                     "waiting for " + "; ".join(waits))
     if ready < desired:
         return False, "NodeProxyNotReady", \
             f"node proxy ready on {ready} of {desired} nodes"
     return True, "Available", \
         f"registry ready; served at localhost:{port} on {desired} node(s)"
+
+
+def rollout_waits(names: Names, sts: Obj, ds: Obj) -> list[str]:
+    """What the workloads' rollouts still wait for (empty: both run their current template).
+
+    Decided as ``kubectl rollout status`` does, from what the controllers report: a spec
+    change not yet observed (``observedGeneration`` below ``generation``; the counts are
+    then about the old template), replicas or node proxies not yet on the new template,
+    a StatefulSet whose current revision is not yet its update revision (when it reports
+    them); whether the node proxies are available is :func:`ready_condition`'s. A count
+    the API server leaves out is zero (it omits zero counts), so a controller that has not
+    written them yet is still waiting.
+    """
+    waits: list[str] = []
+    sts_status = sts.get("status") or {}
+    sts_generation = int(sts["metadata"].get("generation") or 0)
+    replicas = int((sts.get("spec") or {}).get("replicas", 1))
+    updated = int(sts_status.get("updatedReplicas") or 0)
+    current_rev, update_rev = sts_status.get("currentRevision"), sts_status.get("updateRevision")
+    if int(sts_status.get("observedGeneration") or 0) < sts_generation:
+        waits.append(f"StatefulSet {names.statefulset} to observe generation {sts_generation}")
+    elif updated < replicas:
+        waits.append(f"StatefulSet {names.statefulset}: {updated} of {replicas} registry "
+                     "pod(s) updated")
+    elif current_rev and update_rev and current_rev != update_rev:
+        waits.append(f"StatefulSet {names.statefulset} to finish its update to revision "
+                     f"{update_rev}")
+    ds_status = ds.get("status") or {}
+    ds_generation = int(ds["metadata"].get("generation") or 0)
+    desired = int(ds_status.get("desiredNumberScheduled") or 0)
+    updated = int(ds_status.get("updatedNumberScheduled") or 0)
+    if int(ds_status.get("observedGeneration") or 0) < ds_generation:
+        waits.append(f"DaemonSet {names.daemonset} to observe generation {ds_generation}")
+    elif updated < desired:
+        waits.append(f"DaemonSet {names.daemonset}: {updated} of {desired} node proxies "
+                     "updated")
+    return waits
 
 
 def host_port(ds: Obj) -> int | None:

@@ -8,7 +8,11 @@ from typing import Any
 from eventop.engine.testing import World
 from eventop.handlers.mirrors import mirrors
 from eventop.handlers.mirrors.build import Names
-from tests.mirrors.support import env_of
+from tests.mirrors.support import (
+    env_of,
+    rolled_out_daemonset_status,
+    rolled_out_statefulset_status,
+)
 
 Obj = dict[str, Any]
 NS = "registry-mirrors"
@@ -54,12 +58,9 @@ def mark_workloads_ready(world: World, name: str, nodes: int = 2) -> None:
     """Play the StatefulSet and DaemonSet controllers and hand their changes to mirrors."""
     names = Names.of(name)
     sts = world.get("apps/v1/StatefulSet", names.statefulset, NS)
-    world.changed(mirrors, world.put({**sts, "status": {
-        "observedGeneration": 1, "replicas": 1, "readyReplicas": 1}}))
+    world.changed(mirrors, world.put({**sts, "status": rolled_out_statefulset_status(sts)}))
     ds = world.get("apps/v1/DaemonSet", names.daemonset, NS)
-    world.changed(mirrors, world.put({**ds, "status": {
-        "observedGeneration": 1, "desiredNumberScheduled": nodes, "numberReady": nodes,
-        "currentNumberScheduled": nodes, "numberMisscheduled": 0}}))
+    world.changed(mirrors, world.put({**ds, "status": rolled_out_daemonset_status(ds, nodes)}))
 
 
 # -- creation, status, updates ------------------------------------------------------------
@@ -260,6 +261,27 @@ def test_a_mirror_moving_onto_a_taken_port_keeps_serving_its_old_one_and_says_so
     assert status(world, "b")["endpoint"] == "localhost:5002"  # what still serves
 
 
+def test_a_mirror_moving_onto_a_port_a_newer_mirror_serves_is_the_one_held_back() -> None:
+    """The newer mirror's node proxies already serve the port: it keeps the port, even
+    though the mirror moving onto it was created earlier, and is not blamed afterwards."""
+    world = World([new_mirror("docker-hub", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("gcr", "2026-11-21T07:30:00Z", upstream="https://gcr.io",
+                              hostPort=5003)])
+    world.converge(mirrors)
+    world.changed(mirrors, changed_spec(world, "gcr", hostPort=5004))
+    assert status(world, "gcr")["endpoint"] == "localhost:5004"
+    world.changed(mirrors, changed_spec(world, "docker-hub", hostPort=5004))
+    degraded = condition(world, "docker-hub", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
+    assert "registry-mirrors/gcr, whose node proxies serve it" in degraded["message"]
+    assert status(world, "docker-hub")["endpoint"] == "localhost:5001"  # still serving
+    assert condition(world, "docker-hub", "Ready")["reason"] != "Available"
+    world.converge(mirrors)  # gcr runs again (a resync, any event): still its port
+    assert condition(world, "gcr", "Degraded")["status"] == "False"
+    assert status(world, "gcr")["endpoint"] == "localhost:5004"
+    assert status(world, "docker-hub")["endpoint"] == "localhost:5001"
+
+
 def test_an_invalid_upstream_is_a_condition_and_one_warning_not_a_crash() -> None:
     world = World([new_mirror("broken", upstream="https://quay.io/some/path", hostPort=5004)])
     for _ in range(3):
@@ -310,7 +332,7 @@ def test_a_missing_credentials_secret_is_reported_until_it_appears() -> None:
     assert env_of(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": "internal-creds", "key": "password"}
     assert sts["spec"]["template"]["metadata"]["annotations"][
-        "eventop.dev/credentials-version"] == secret["metadata"]["resourceVersion"]
+        "eventop.dev/credentials-version"]
     assert events(world, "internal") == [
         ("Warning", "CredentialsSecretMissing"), ("Warning", "CredentialsSecretIncomplete"),
         ("Normal", "Recovered")]
@@ -323,12 +345,42 @@ def test_rotated_credentials_roll_the_registry_pod() -> None:
     world = World([secret, new_mirror("internal", hostPort=5010,
                                       credentialsSecretRef={"name": "creds"})])
     world.converge(mirrors)
+    before = credentials_version(world)
     rotated = world.put({**world.get("v1/Secret", "creds", NS),
                          "stringData": {"username": "u", "password": "new"}})
     world.changed(mirrors, rotated)
-    sts = owned(world, "internal")[("StatefulSet", "mirror-internal")]
-    assert sts["spec"]["template"]["metadata"]["annotations"][
-        "eventop.dev/credentials-version"] == rotated["metadata"]["resourceVersion"]
+    assert credentials_version(world) not in (before, None)
+
+
+def test_a_label_on_the_credentials_secret_does_not_restart_the_registry() -> None:
+    """Only the username and password reach the registry: a write that changes neither
+    (a label, an annotation, another key) bumps the Secret's resourceVersion only."""
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "creds", "namespace": NS},
+              "data": {"username": "dQ==", "password": "cA=="}}
+    world = World([secret, new_mirror("internal", hostPort=5010,
+                                      credentialsSecretRef={"name": "creds"})])
+    world.converge(mirrors)
+    before = credentials_version(world)
+    sts_rv = owned(world, "internal")[("StatefulSet", "mirror-internal")]["metadata"][
+        "resourceVersion"]
+    current = world.get("v1/Secret", "creds", NS)
+    labelled = world.put({**current, "metadata": {**current["metadata"],
+                                                  "labels": {"team": "infra"}},
+                          "data": {**current["data"], "note": "eA=="}})
+    assert labelled["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]
+    world.changed(mirrors, labelled)
+    assert credentials_version(world) == before
+    assert owned(world, "internal")[("StatefulSet", "mirror-internal")]["metadata"][
+        "resourceVersion"] == sts_rv
+
+
+def credentials_version(world: World, name: str = "internal") -> str | None:
+    """The registry pod template's credentials annotation."""
+    sts = owned(world, name)[("StatefulSet", Names.of(name).statefulset)]
+    found: str | None = sts["spec"]["template"]["metadata"]["annotations"].get(
+        "eventop.dev/credentials-version")
+    return found
 
 
 def test_secrets_no_mirror_names_start_no_run() -> None:

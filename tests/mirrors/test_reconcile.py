@@ -15,8 +15,13 @@ from eventop.engine.runtime import Engine
 from eventop.events import REF_PREFIX
 from eventop.handlers.events import Event
 from eventop.handlers.mirrors.build import Names
+from eventop.handlers.mirrors.desired import credentials_digest
 from eventop.kube import Kube
-from tests.mirrors.support import env_of
+from tests.mirrors.support import (
+    env_of,
+    rolled_out_daemonset_status,
+    rolled_out_statefulset_status,
+)
 from tests.support.engine import deliver, running_engine, wait_cached
 
 Obj = dict[str, Any]
@@ -104,14 +109,11 @@ def mark_workloads_ready(world: Any, engine: Engine, name: str, nodes: int = 2) 
     """Play the StatefulSet and DaemonSet controllers, and send their update events."""
     names = Names.of(name)
     sts = world.get("apps/v1", "StatefulSet", names.statefulset, NS)
-    sts["status"] = {"observedGeneration": sts["metadata"]["generation"], "replicas": 1,
-                     "readyReplicas": 1, "availableReplicas": 1}
+    sts["status"] = rolled_out_statefulset_status(sts)
     sts = world.put(sts)
     handled(engine, Event.for_object("update", sts))
     ds = world.get("apps/v1", "DaemonSet", names.daemonset, NS)
-    ds["status"] = {"observedGeneration": ds["metadata"]["generation"],
-                    "desiredNumberScheduled": nodes, "currentNumberScheduled": nodes,
-                    "numberReady": nodes, "numberMisscheduled": 0}
+    ds["status"] = rolled_out_daemonset_status(ds, nodes)
     ds = world.put(ds)
     handled(engine, Event.for_object("update", ds))
 
@@ -205,6 +207,29 @@ def test_spec_changes_update_the_objects_in_place(world: Any, engine: Engine) ->
     assert ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] == 5011
     assert status_of(world, "internal")["endpoint"] == "localhost:5011"
     assert status_of(world, "internal")["observedGeneration"] == 2
+
+
+def test_a_spec_change_is_ready_only_once_both_workloads_rolled_it_out(
+        world: Any, engine: Engine) -> None:
+    """Between the change and the controllers' rollout only old-template pods serve (the
+    old port): the mirror says RollingOut, not "served at" the new port."""
+    mirror = put(world, new_mirror("internal", upstream="https://old.example.com",
+                                   hostPort=5010))
+    mirror_event(world, engine, "internal", "add")
+    mark_workloads_ready(world, engine, "internal")
+    assert condition(world, "internal", "Ready")["reason"] == "Available"
+    mirror["spec"].update(upstream="https://registry.example.com", hostPort=5011)
+    put(world, mirror)
+    mirror_event(world, engine, "internal")
+    ready = condition(world, "internal", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RollingOut")
+    assert "StatefulSet mirror-internal to observe generation 2" in ready["message"]
+    assert "DaemonSet mirror-internal-node to observe generation 2" in ready["message"]
+    assert status_of(world, "internal")["observedGeneration"] == 2
+    mark_workloads_ready(world, engine, "internal")
+    ready = condition(world, "internal", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Available")
+    assert "localhost:5011" in ready["message"]
 
 
 def test_reference_mode_events_reconcile_too(world: Any, engine: Engine) -> None:
@@ -309,6 +334,25 @@ def test_a_smaller_size_keeps_the_claim_and_says_why(world: Any, engine: Engine)
     assert condition(world, "quay", "Degraded")["reason"] == "ShrinkRefused"
 
 
+def test_a_class_for_a_claim_made_without_one_is_refused_by_name_not_by_the_server(
+        world: Any, engine: Engine) -> None:
+    mirror = put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002,
+                                   storage={"size": "20Gi"}))
+    mirror_event(world, engine, "quay", "add")
+    mirror["spec"]["storage"]["storageClassName"] = "fast"
+    mirror["spec"]["upstream"] = "https://quay.example.com"
+    put(world, mirror)
+    mirror_event(world, engine, "quay")
+    degraded = condition(world, "quay", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "StorageClassImmutable")
+    assert "has no storage class" in degraded["message"]
+    claim = world.get("v1", "PersistentVolumeClaim", Names.of("quay").pvc, NS)
+    assert "storageClassName" not in claim["spec"]
+    # the other objects still follow the spec
+    assert env_of(sts_of(world, "quay"))["REGISTRY_PROXY_REMOTEURL"]["value"] == \
+        "https://quay.example.com"
+
+
 def test_an_existing_claim_not_made_by_eventop_is_left_alone(world: Any, engine: Engine) -> None:
     theirs = world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "metadata": {"name": Names.of("quay").pvc, "namespace": NS},
@@ -392,7 +436,7 @@ def test_a_missing_credentials_secret_is_reported_until_it_appears(
     assert env_of(sts)["REGISTRY_PROXY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
         "name": "internal-creds", "key": "password"}
     assert sts["spec"]["template"]["metadata"]["annotations"][
-        "eventop.dev/credentials-version"] == secret["metadata"]["resourceVersion"]
+        "eventop.dev/credentials-version"] == credentials_digest(secret)
     reasons = [(e["type"], e["reason"]) for e in events_about(world, "internal")]
     assert ("Warning", "CredentialsSecretMissing") in reasons
     assert ("Warning", "CredentialsSecretIncomplete") in reasons

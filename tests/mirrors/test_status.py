@@ -7,10 +7,17 @@ from typing import Any
 import pytest
 
 from eventop.handlers.mirrors import build
-from eventop.handlers.mirrors.desired import foreign_objects, host_port_conflict, plan_pvc
+from eventop.handlers.mirrors.desired import (
+    credentials_digest,
+    foreign_objects,
+    host_port_conflict,
+    plan_pvc,
+    port_holders,
+)
 from eventop.handlers.mirrors.spec import parse_spec
 from eventop.handlers.mirrors.status import Problem, compute_status
 from eventop.kube.objects import status_changed
+from tests.mirrors.support import rolled_out_daemonset_status, rolled_out_statefulset_status
 
 Obj = dict[str, Any]
 NOW = "2026-11-21T08:00:00Z"
@@ -28,11 +35,11 @@ def mirror(name: str = "docker-hub", created: str = "2026-11-21T07:42:44Z", *,
 def workloads(m: Obj, *, ready_replicas: int = 1, desired: int | None = 3,
               ready: int = 3) -> tuple[Obj, Obj]:
     sts = build.statefulset(m, parse_spec(m))
-    sts["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": ready_replicas}
+    sts["metadata"]["generation"] = 1
+    sts["status"] = rolled_out_statefulset_status(sts, ready=ready_replicas)
     ds = build.daemonset(m, parse_spec(m))
-    ds["status"] = {} if desired is None else {
-        "observedGeneration": 1, "desiredNumberScheduled": desired, "numberReady": ready,
-        "currentNumberScheduled": desired, "numberMisscheduled": 0}
+    ds["metadata"]["generation"] = 1
+    ds["status"] = {} if desired is None else rolled_out_daemonset_status(ds, desired, ready)
     return sts, ds
 
 
@@ -64,6 +71,54 @@ def test_not_ready_says_which_part_is_missing(kwargs: Obj, reason: str) -> None:
     sts, ds = workloads(m, **kwargs)
     ready = cond(compute_status(m, sts, ds, problems=[], now=NOW), "Ready")
     assert (ready["status"], ready["reason"]) == ("False", reason)
+
+
+def rolling(m: Obj, part: str) -> tuple[Obj, Obj]:
+    """Ready workloads, then ``part`` of a spec change in flight, as the controllers report
+    it while only old-template pods serve (their counts still say ready)."""
+    sts, ds = workloads(m)
+    if part == "statefulset spec not observed":
+        sts["metadata"]["generation"] = 2
+    elif part == "registry pod not updated":
+        sts["metadata"]["generation"] = sts["status"]["observedGeneration"] = 2
+        sts["status"]["updateRevision"] = "mirror-rev-2"
+        del sts["status"]["updatedReplicas"]  # the API server omits a zero count
+    elif part == "statefulset revision not current":
+        sts["status"].update(updateRevision="mirror-rev-2")
+    elif part == "daemonset spec not observed":
+        ds["metadata"]["generation"] = 2
+    elif part == "node proxies not updated":
+        ds["metadata"]["generation"] = ds["status"]["observedGeneration"] = 2
+        ds["status"]["updatedNumberScheduled"] = 1
+    return sts, ds
+
+
+@pytest.mark.parametrize(("part", "waits_for"), [
+    ("statefulset spec not observed", "StatefulSet mirror-docker-hub to observe generation 2"),
+    ("registry pod not updated", "StatefulSet mirror-docker-hub: 0 of 1 registry pod(s) updated"),
+    ("statefulset revision not current", "to finish its update to revision mirror-rev-2"),
+    ("daemonset spec not observed", "DaemonSet mirror-docker-hub-node to observe generation 2"),
+    ("node proxies not updated", "DaemonSet mirror-docker-hub-node: 1 of 3 node proxies updated"),
+])
+def test_a_rollout_in_progress_is_not_ready_for_the_new_spec(part: str, waits_for: str) -> None:
+    """Old-template pods still serve (the old upstream, the old hostPort): what the spec now
+    asks for is not served yet, whatever the ready counts say."""
+    m = mirror(hostPort=5004)
+    sts, ds = rolling(m, part)
+    status = compute_status(m, sts, ds, problems=[], now=NOW)
+    ready = cond(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RollingOut")
+    assert waits_for in ready["message"] and "localhost:5004" in ready["message"]
+    assert "served at" not in ready["message"]
+
+
+def test_node_proxies_not_available_yet_are_not_ready() -> None:
+    """numberAvailable (omitted by the API server when zero) is what kubectl waits for."""
+    m = mirror()
+    sts, ds = workloads(m)
+    del ds["status"]["numberAvailable"]
+    ready = cond(compute_status(m, sts, ds, problems=[], now=NOW), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NodeProxyNotReady")
 
 
 def test_a_blocked_new_mirror_reports_the_block_in_both_conditions_and_no_endpoint() -> None:
@@ -123,11 +178,47 @@ def test_host_port_ties_are_broken_by_namespace_then_name_and_defaults_count() -
     assert host_port_conflict(b_other_ns, 5000, everyone) is not None
 
 
+def test_the_mirror_already_serving_a_host_port_keeps_it_over_an_earlier_one() -> None:
+    earlier = mirror("docker-hub", "2026-11-21T07:00:00Z", hostPort=5004)
+    serving = mirror("gcr", "2026-11-21T07:30:00Z", hostPort=5004)
+    everyone = [earlier, serving]
+    holders = {serving["metadata"]["uid"]}
+    assert host_port_conflict(serving, 5004, everyone, holders) is None
+    problem = host_port_conflict(earlier, 5004, everyone, holders)
+    assert problem is not None and "registry-mirrors/gcr, whose node proxies serve it" in \
+        problem.message
+    # nobody serves it yet: the earliest, as before
+    assert host_port_conflict(earlier, 5004, everyone, set()) is None
+
+
+def test_only_a_mirror_whose_own_daemonset_uses_the_port_holds_it() -> None:
+    moving = mirror("docker-hub", hostPort=5004)
+    there = mirror("gcr", hostPort=5004)
+    daemonsets = {"docker-hub": build.daemonset(moving, parse_spec(mirror(hostPort=5001))),
+                  "gcr": build.daemonset(there, parse_spec(there))}
+    assert port_holders(5004, [moving, there], lambda m: daemonsets[
+        m["metadata"]["name"]]) == {there["metadata"]["uid"]}
+    assert port_holders(5004, [moving, there], lambda m: None) == set()
+
+
 def test_a_mirror_being_deleted_frees_its_host_port() -> None:
     first = mirror("a", "2026-11-21T07:00:00Z", hostPort=5001)
     first["metadata"]["deletionTimestamp"] = "2026-11-21T08:00:00Z"
     later = mirror("b", "2026-11-21T07:30:00Z", hostPort=5001)
     assert host_port_conflict(later, 5001, [first, later]) is None
+
+
+def test_the_credentials_digest_is_of_the_credentials_alone_however_written() -> None:
+    secret = {"metadata": {"name": "creds", "resourceVersion": "7"},
+              "data": {"username": "dQ==", "password": "cA=="}}
+    same = {"metadata": {"name": "creds", "resourceVersion": "8", "labels": {"team": "x"}},
+            "data": {"username": "dQ==", "password": "cA==", "note": "eA=="}}
+    written = {"metadata": {"name": "creds"}, "stringData": {"username": "u", "password": "p"}}
+    rotated = {"metadata": {"name": "creds", "resourceVersion": "7"},
+               "data": {"username": "dQ==", "password": "cTI="}}
+    digest = credentials_digest(secret)
+    assert credentials_digest(same) == credentials_digest(written) == digest
+    assert credentials_digest(rotated) != digest
 
 
 def pvc_with(size: str, storage_class: str | None = "standard") -> Obj:
@@ -159,6 +250,18 @@ def test_pvc_keeps_its_storage_class_and_its_spelling_of_the_same_size() -> None
     spec = parse_spec(mirror(storage={"size": "1Gi"}))
     assert plan_pvc(pvc_with("1Gi", "standard"), spec)[1] == "standard"
     assert plan_pvc(None, spec) == ("1Gi", None, [], False)
+
+
+def test_a_class_asked_for_a_claim_made_without_one_is_refused_not_applied() -> None:
+    """The claim was made with no class (none asked for, no default class): adding one
+    would be refused by the API server, so the mirror keeps none and says why."""
+    spec = parse_spec(mirror(storage={"size": "1Gi", "storageClassName": "fast"}))
+    size, cls, problems, resize = plan_pvc(pvc_with("1Gi", None), spec)
+    assert (size, resize) == ("1Gi", False)
+    assert [p.reason for p in problems] == ["StorageClassImmutable"]
+    assert "has no storage class" in problems[0].message and "fast" in problems[0].message
+    claim = build.pvc(mirror(), spec, size=size, storage_class=cls)
+    assert "storageClassName" not in claim["spec"]
 
 
 def test_objects_of_the_same_name_not_created_by_eventop_block_the_mirror() -> None:

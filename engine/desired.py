@@ -186,6 +186,11 @@ class Desired:
       metadata.name, the fields), merge-patched under the handler's field manager with a
       resourceVersion precondition, and only when the cached object does not hold them yet.
       A missing object is not created. Its kind must be among the controller's ``reads``;
+    * ``blocked_by``: objects at the children's names that are not this parent's, which
+      the function found and reported itself (writing nothing meanwhile): the parent runs
+      again when one of them changes or goes, as for the conflicts the engine finds. An
+      unowned object maps to no parent, so without this, deleting it (what the report
+      asks for) would start no run;
     * ``requeue_after``: run again after this many seconds even if nothing changes (waiting
       for a Job, a periodic check); failures are retried with backoff anyway;
     * ``done`` (finalize only): True once cleanup is complete; the engine then removes the
@@ -201,6 +206,7 @@ class Desired:
     events: Iterable[Note] | NotesFn = ()
     delete: Iterable[Obj] = ()
     patch: Iterable[Obj] = ()
+    blocked_by: Iterable[Obj] = ()
     requeue_after: float | None = None
     prune: bool = True
     done: bool = True

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventop.engine.controller import FINALIZER_DOMAIN, Controller
-from eventop.engine.desired import Desired, Note, Outcome, WriteError
+from eventop.engine.desired import Conflict, Desired, Note, Outcome, WriteError
 from eventop.engine.invalid import SpecError, invalid_spec
 from eventop.engine.kinds import Key
 from eventop.engine.plan import plan
@@ -75,6 +75,14 @@ class RunResult:
     #: outcome): a run reading the cache that holds them may find another one.
     status_before_writes: bool = False
     notes: list[Note] = field(default_factory=list)
+    #: Objects in the way that the function reported itself (``Desired.blocked_by``), as
+    #: conflicts: their change runs the parent again.
+    blocked_by: list[Conflict] = field(default_factory=list)
+
+    @property
+    def squatters(self) -> list[Conflict]:
+        """Every object at a child's name that is not the parent's: a change runs it again."""
+        return [*(self.outcome.conflicts if self.outcome else []), *self.blocked_by]
 
     @property
     def retry_cap(self) -> float | None:
@@ -158,6 +166,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry,
                        unsettled=bool(outcome.conflicts or outcome.errors),
+                       blocked_by=[_in_the_way(o) for o in desired.blocked_by],
                        status_before_writes=bool(outcome.writes) and (
                            isinstance(desired.status, dict)
                            if desired.status_seen_before_writes is None
@@ -200,6 +209,12 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         writer.set_finalizer(parent, finalizer or "", False)
         result.summary += "; cleanup done, finalizer removed"
     return result
+
+
+def _in_the_way(obj: Obj) -> Conflict:
+    meta = obj.get("metadata") or {}
+    return Conflict(str(obj.get("kind")), meta.get("namespace") or "", str(meta.get("name")),
+                    "reported by the handler")
 
 
 def _call(ctl: Controller, fn: Callable[[Obj, Reads], Desired], parent: Obj,

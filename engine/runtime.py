@@ -497,7 +497,7 @@ class Engine:
                      submit=self._pool.submit, terminating=self._terminating,
                      seen_conflicts=self._conflicts,
                      pipeline=pipeline if ctl.overlap else None)
-        self._remember_squatters(ctl, key, result.outcome.conflicts if result.outcome else [])
+        self._remember_squatters(ctl, key, result.squatters)
         if before is not None:
             before.wait()  # what the earlier runs saw is older than what this one saw
         after = store.get(key.namespace or None, key.name)

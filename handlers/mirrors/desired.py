@@ -208,12 +208,18 @@ def made_for(mirror: Obj, obj: Obj) -> bool:
                 mirror["metadata"]["name"]))
 
 
+def in_the_way(mirror: Obj, existing: list[Obj | None]) -> list[Obj]:
+    """The objects at the mirror's names that eventop did not create for it."""
+    return [obj for obj in existing
+            if obj is not None and not is_owned_by(obj, mirror["metadata"]["uid"])
+            and not made_for(mirror, obj)]
+
+
 def foreign_objects(mirror: Obj, existing: list[Obj | None]) -> Problem | None:
     """A blocking problem if an object with one of our names exists that eventop did not
     create for this mirror (see the module docstring, decision 4)."""
-    foreign = [f"{obj.get('kind')} {obj['metadata']['name']}" for obj in existing
-               if obj is not None and not is_owned_by(obj, mirror["metadata"]["uid"])
-               and not made_for(mirror, obj)]
+    foreign = [f"{obj.get('kind')} {obj['metadata']['name']}"
+               for obj in in_the_way(mirror, existing)]
     if not foreign:
         return None
     return Problem("NameConflict",
@@ -270,7 +276,9 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
         blocked = problem
         return _reporting(mirror, [], prune=False, summary=f"held back: {blocked.reason}",
                           problems=lambda _outcome: [blocked],
-                          workloads=lambda _outcome: workloads)
+                          workloads=lambda _outcome: workloads,
+                          # removing one (as NameConflict asks) runs the mirror again
+                          blocked_by=in_the_way(mirror, list(existing.values())))
     size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
     objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,
                                     credentials_version=version)
@@ -283,7 +291,8 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
 
 def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str | None = None,
                problems: Callable[[Outcome], list[Problem]],
-               workloads: Callable[[Outcome], tuple[Obj | None, Obj | None]]) -> Desired:
+               workloads: Callable[[Outcome], tuple[Obj | None, Obj | None]],
+               blocked_by: list[Obj] | None = None) -> Desired:
     """``children`` with the status and transition Events computed once from the Outcome
     (``now`` only dates a condition that changes)."""
     computed: dict[str, Obj] = {}
@@ -300,6 +309,7 @@ def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str 
 
     meta = mirror["metadata"]
     return Desired(children=children, status=status, events=events, prune=prune,
+                   blocked_by=blocked_by or [],
                    summary=summary and f"RegistryMirror {meta['namespace']}/{meta['name']}: "
                                        f"{summary}")
 

@@ -367,6 +367,26 @@ def test_an_existing_claim_not_made_by_eventop_is_left_alone(world: Any, engine:
     assert sts_of(world, "quay") is None
 
 
+def test_a_mirror_held_back_by_someones_object_is_made_once_that_object_is_deleted(
+        world: Any, engine: Engine) -> None:
+    """NameConflict says to remove the object in the way. Its deletion maps to no mirror
+    (nobody owns it), so the mirror stayed held back until the router restarted (found on
+    a real API server); the engine now runs it again when that object goes."""
+    theirs = world.put({"apiVersion": "v1", "kind": "Service",
+                        "metadata": {"name": Names.of("quay").service, "namespace": NS},
+                        "spec": {"ports": [{"port": 80}]}})
+    wait_cached(engine, theirs)
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, engine, "quay", "add")
+    assert condition(world, "quay", "Degraded")["reason"] == "NameConflict"
+    world.remove("v1", "Service", theirs["metadata"]["name"], NS)
+    assert "quay" in handled(engine, Event.for_object("delete", theirs))
+    assert condition(world, "quay", "Degraded")["status"] == "False"
+    names = Names.of("quay")
+    assert ("Service", names.service) in owned_objects(world, "quay")
+    assert sts_of(world, "quay") is not None
+
+
 # -- conflicts and invalid specs ----------------------------------------------------------------
 
 

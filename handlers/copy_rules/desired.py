@@ -58,6 +58,9 @@ HASH_ANNOTATION = "eventop.dev/content-hash"
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+#: The ConfigMap Kubernetes' root-CA publisher keeps in every namespace: never a source (its
+#: name is taken everywhere, so a copy could only conflict, in every target namespace).
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 KIND_BY_RULE_TYPE = {"configmap": "ConfigMap", "secret": "Secret"}
 PAYLOAD_FIELDS = ("data", "binaryData", "type", "immutable")
 
@@ -140,6 +143,8 @@ def is_source(rule: Obj, obj: Obj) -> bool:
         return False
     if obj.get("kind") == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
         return False  # a token is bound to its ServiceAccount: copying it leaks credentials
+    if obj.get("kind") == "ConfigMap" and meta.get("name") == ROOT_CA_CONFIGMAP:
+        return False  # a rule with no selector matches it: not a conflict in every namespace
     try:
         return selector_matches(rule_selector(rule), meta.get("labels"))
     except ValueError as exc:

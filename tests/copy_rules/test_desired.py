@@ -106,6 +106,14 @@ def test_secret_copy_keeps_its_type_and_token_secrets_are_never_sources() -> Non
     assert not d.is_source(r, secret("builder-token", "kubernetes.io/service-account-token"))
 
 
+def test_the_root_ca_configmap_kubernetes_keeps_everywhere_is_never_a_source() -> None:
+    """A rule with no selector matched kube-root-ca.crt and reported a CopyConflict in every
+    namespace forever, advising to delete the cluster's own object (a reviewer's report)."""
+    everything = rule(selector={})
+    assert d.is_source(everything, cm("app-config", labels={}))
+    assert not d.is_source(everything, cm("kube-root-ca.crt", labels={}))
+
+
 def test_sources_must_match_kind_namespace_and_selector_and_not_be_copies() -> None:
     r = rule()
     assert d.is_source(r, cm("a"))

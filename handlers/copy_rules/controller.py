@@ -16,7 +16,7 @@ collector removes them (and ``--cascade=orphan`` keeps them, as the user asked).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
@@ -78,7 +78,8 @@ def copies(rule: Obj, reads: Reads) -> Desired:
                               recreate=have is not None and needs_recreate(have, want),
                               reason=f"from {want['metadata']['annotations'][SOURCE_ANNOTATION]}"))
     found = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
-    return Desired(children, status=lambda outcome: rule_status(rule, found, outcome),
+    missing = _missing_namespaces(rule, {n["metadata"]["name"] for n in targets})
+    return Desired(children, status=lambda outcome: rule_status(rule, found, outcome, missing),
                    events=lambda outcome: _notes(rule, kind, outcome))
 
 
@@ -141,9 +142,18 @@ def invalid_status(rule: Obj, message: str) -> Obj:
     return status
 
 
-def rule_status(rule: Obj, sources: int, outcome: Outcome) -> Obj:
+def _missing_namespaces(rule: Obj, existing: set[str]) -> list[str]:
+    """The namespaces the rule names (sources, then targets) that do not exist: a typo
+    otherwise reads as a rule in sync with nothing to copy."""
+    spec = rule.get("spec") or {}
+    named = [*source_namespaces(rule), *((spec.get("targetNamespaces") or {}).get("names") or [])]
+    return sorted({str(n) for n in named} - existing)
+
+
+def rule_status(rule: Obj, sources: int, outcome: Outcome, missing: Sequence[str] = ()) -> Obj:
     """Counts of what is in place now, the conflicts (objects at a copy's name that the rule
-    does not manage) and the writes the API server refused."""
+    does not manage) and the writes the API server refused; namespaces the rule names that
+    do not exist are named in the message (not an error: they may be created later)."""
     old = dict(rule.get("status") or {})
     conflicts = sorted(str(c) for c in outcome.conflicts)
     errors = [str(e) for e in outcome.refused]  # (a lost race mends itself: not counted)
@@ -164,7 +174,9 @@ def rule_status(rule: Obj, sources: int, outcome: Outcome) -> Obj:
                  f"{' ...' if len(conflicts) > 5 else ''}. Delete or rename them to let the "
                  "rule create its copies.")
     else:
-        ready = (True, "Synced", f"{copies} copies of {sources} sources in sync")
+        ready = (True, "Synced", f"{copies} copies of {sources} sources in sync"
+                 + (f"; namespace(s) named in the spec do not exist: {', '.join(missing)}"
+                    if missing else ""))
     status["conditions"] = set_condition(old.get("conditions"), "Ready", ready[0], ready[1],
                                          ready[2], now_rfc3339(), generation)
     return status

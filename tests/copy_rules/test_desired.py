@@ -322,3 +322,18 @@ def test_a_copy_the_api_server_refuses_is_a_warning_event_on_the_rule(
     assert note.type == "Warning" and "exceeded quota: cmq" in note.message
     status = world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]
     assert status["errors"] == 1
+
+
+def test_a_namespace_named_in_the_rule_that_does_not_exist_is_named_in_its_status() -> None:
+    """A typo in a source or target namespace read as "0 copies of 0 sources in sync"."""
+    typo = rule(namespaces=("defualt",), targets={"names": ["team-a", "team-z"]})
+    world = World([typo, ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    (ready,) = world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]["conditions"]
+    assert ready["status"] == "True"
+    assert ready["message"].endswith(
+        "namespace(s) named in the spec do not exist: defualt, team-z")
+    world = World([rule(), ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    (ready,) = world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]["conditions"]
+    assert ready["message"] == "1 copies of 1 sources in sync"

@@ -93,6 +93,7 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         cronjob=next(iter(reads.children("batch/v1/CronJob")), None),
         data_pvcs=reads.list("v1/PersistentVolumeClaim", ns, labels={
             **instance, "app.kubernetes.io/component": "server"}),
+        backup_pvc=reads.get("v1/PersistentVolumeClaim", names.backup_pvc, ns),
         snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
         else None,
         # only a deletion looks at them: not a scan of every PersistentVolume per run

@@ -20,13 +20,15 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
 * ``Snapshot`` without the snapshot API: a final backup Job (``pg_dumpall`` on the running
   image) writes to the backup volume while the server still runs; then as with Delete. A
   failed or timed-out backup (the Job's deadline) is reported the same way.
-* Its **namespace being deleted** (``Snapshot`` or ``Retain``): the namespace controller
-  deletes the data volumes' claims with everything else, and the API server creates nothing
-  in a terminating namespace: no snapshot, no backup Job, not even an Event. What can keep
-  the data is the volumes themselves: each data volume's PersistentVolume (found by its
-  ``claimRef``, so even once its claim is gone) is set to ``persistentVolumeReclaimPolicy:
-  Retain`` before the Database goes; it then outlives its claim, ``Released``, data and all.
-  ``Delete`` deletes as usual.
+* Its **namespace being deleted**: the namespace controller deletes the volumes' claims
+  with everything else, and the API server creates nothing in a terminating namespace: no
+  snapshot, no backup Job, not even an Event. What can keep the data is the volumes
+  themselves: each volume's PersistentVolume (found by its ``claimRef``, so even once its
+  claim is gone) is set to ``persistentVolumeReclaimPolicy: Retain`` before the Database
+  goes; it then outlives its claim, ``Released``, data and all. The backup volume's under
+  every policy (the backups outlive the Database, as they do outside a terminating
+  namespace); the data volumes' under ``Snapshot`` and ``Retain``, while ``Delete`` then
+  deletes them as usual.
 
 Stopping the servers: each StatefulSet is scaled to zero and the handler waits until its
 controller reports no pod left (PostgreSQL shuts down cleanly on the pod's SIGTERM, writing
@@ -35,7 +37,12 @@ anything: it goes at once and the garbage collector stops its pods afterwards, w
 snapshots were already being taken.
 
 Snapshots, the backup volume and (except with Delete) the Secret have no owner: the
-garbage collector can not take them with the Database.
+garbage collector can not take them with the Database. The backup volume is not made during
+a deletion unless the final backup needs it (a Database deleted before it made anything
+leaves nothing behind).
+
+The spec a deletion works with is :func:`lifecycle.deletion_spec`: a field made invalid in
+the meantime is replaced by what runs (or its default), so no edit can hold a Database.
 """
 
 from __future__ import annotations
@@ -61,6 +68,12 @@ def _how_to_go_on(names: Names) -> str:
             f"volumes data-{names.base}-pg*) or Delete (deletes them)")
 
 
+def _sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter upper case, the rest as it is (field names
+    and values such as spec.deletionPolicy or Retain are case-sensitive)."""
+    return text[:1].upper() + text[1:]
+
+
 def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     names = Names.of(spec.name)
     version, image = lifecycle.serving(db, spec, observed)
@@ -72,7 +85,10 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     step = _steps(db, spec, observed, (str(version), image), facts)
     facts.deleting = step.condition
     new, events, _ = status.compute(db, facts, observed, spec.replicas)
-    kept = [workload.backup_pvc(spec), *step.kept]
+    # the backup volume as it is (its backups outlive the Database); made now only for a
+    # final backup (see _final_backup)
+    kept = [*([workload.backup_pvc(spec, observed.backup_pvc)] if observed.backup_pvc else []),
+            *step.kept]
     deletions = step.deletions
     if observed.secret is not None and lifecycle.is_ours(observed.secret, db):
         if spec.deletion_policy != "Delete":
@@ -110,8 +126,10 @@ def _kept_secret(spec: DatabaseSpec, secret: Obj) -> Obj:
 def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
            facts: Facts) -> _Step:
     policy = spec.deletion_policy
-    if observed.namespace_terminating and policy != "Delete":
-        return _keep_volumes(db, policy, observed)
+    if observed.namespace_terminating:
+        keeping = _keep_volumes(db, policy, observed)
+        if policy != "Delete" or not keeping.finalize:
+            return keeping  # (under Delete, once the backup volume is kept: deleted as usual)
     if policy == "Retain":
         volumes = ", ".join(observe.pvc_names(observed)) or "none"
         return _Step(("True", "Retained", f"data volumes kept: {volumes}"), finalize=True,
@@ -148,46 +166,73 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
                             f"data kept in PersistentVolumeClaim {names.backup_pvc} (final "
                             f"backup Job {names.final_backup_job}); data volumes deleted: "
                             f"{_volume_list(observed)}"))
+    elif policy == "Snapshot" and observed.snapshots is None:  # no data: say so, as above
+        step.events.append(("Normal", "NoFinalBackup",
+                            "no final backup: the Database was never initialized and no "
+                            "data volume was ever bound, so no server held data; data "
+                            f"volumes deleted: {_volume_list(observed)}"))
     return step
 
 
+def _keeps_data(db: Obj) -> bool:
+    """Whether the data volumes are kept when the namespace goes: unless ``deletionPolicy``
+    is Delete (read as written: a spec invalid in another field must not lose them)."""
+    return (db.get("spec") or {}).get("deletionPolicy", "Snapshot") != "Delete"
+
+
+def _volumes_to_keep(db: Obj, observed: Observed) -> list[Obj]:
+    """In a namespace being deleted, the PersistentVolumes that must outlive their claims:
+    the backup volume's under every policy, the data volumes' unless the policy deletes
+    them."""
+    backup = Names.of(db["metadata"]["name"]).backup_pvc
+    return [pv for pv in observed.volumes
+            if _keeps_data(db) or observe.claim_of(pv) == backup]
+
+
 def retain_volumes(db: Obj, observed: Observed) -> list[Obj]:
-    """In a namespace being deleted, unless ``deletionPolicy`` is Delete: the patches that
-    set the data volumes' PersistentVolumes to reclaim policy Retain. Also made by the runs
-    of a Database not yet deleted itself (the namespace controller deletes everything at
-    once, and a claim no pod uses goes at once): the earlier, the fewer volumes lost."""
-    if not observed.namespace_terminating \
-            or (db.get("spec") or {}).get("deletionPolicy", "Snapshot") == "Delete":
+    """In a namespace being deleted: the patches that set the PersistentVolumes of the
+    backup volume (under every ``deletionPolicy``) and of the data volumes (unless it is
+    Delete) to reclaim policy Retain. Also made by the runs of a Database not yet deleted
+    itself (the namespace controller deletes everything at once, and a claim no pod uses
+    goes at once): the earlier, the fewer volumes lost."""
+    if not observed.namespace_terminating:
         return []
     return [{"apiVersion": "v1", "kind": "PersistentVolume",
              "metadata": {"name": pv["metadata"]["name"]},
              "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
-            for pv in observed.volumes
+            for pv in _volumes_to_keep(db, observed)
             if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Retain"]
 
 
 def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
-    """The namespace is going, data volume claims included, and nothing can be created in
-    it: the data volumes' PersistentVolumes are set to Retain, then the Database goes."""
+    """The namespace is going, claims included, and nothing can be created in it: the
+    PersistentVolumes of the backup volume and (unless Delete) of the data volumes are set
+    to Retain; then the Database goes (under Delete, once its data volumes are deleted)."""
     ns = db["metadata"]["namespace"]
     seen = {pv["metadata"]["name"] for pv in observed.volumes}
+    claims = [*(observed.data_pvcs if _keeps_data(db) else []),
+              *([observed.backup_pvc] if observed.backup_pvc else [])]
     unseen = sorted(
-        str(pvc["spec"]["volumeName"]) for pvc in observed.data_pvcs
+        str(pvc["spec"]["volumeName"]) for pvc in claims
         if (pvc.get("spec") or {}).get("volumeName") and pvc["spec"]["volumeName"] not in seen
         and observe.is_bound(pvc))
     if unseen:  # bound to a volume the cache has not seen yet: not "nothing to keep"
         return _Step(("True", "RetainingVolumes", f"namespace {ns} is being deleted: waiting "
                       f"to see PersistentVolumes {', '.join(unseen)}"), requeue_after=2.0)
-    volumes = ", ".join(pv["metadata"]["name"] for pv in observed.volumes)
-    why = (f"namespace {ns} is being deleted, with the data volumes' claims, and nothing can "
-           f"be created in it (deletionPolicy {policy}: no snapshot or backup)")
+    keeping = _volumes_to_keep(db, observed)
+    volumes = ", ".join(pv["metadata"]["name"] for pv in keeping)
+    which = "data volumes and backup volume" if _keeps_data(db) else "backup volume"
+    why = (f"namespace {ns} is being deleted, with the volumes' claims, and nothing can be "
+           f"created in it (deletionPolicy {policy}: "
+           + ("no snapshot or backup)" if _keeps_data(db) else
+              "the data volumes are deleted, the backup volume kept)"))
     patches = retain_volumes(db, observed)
     if patches:
         return _Step(("True", "RetainingVolumes", f"{why}; setting the PersistentVolumes of "
-                      f"the data volumes to reclaim policy Retain: {volumes}"),
+                      f"the {which} to reclaim policy Retain: {volumes}"),
                      patches=patches)
-    if not observed.volumes:
-        kept = ("no PersistentVolume of its data volumes was left to keep (none was bound, "
+    if not keeping:
+        kept = (f"no PersistentVolume of its {which} was left to keep (none was bound, "
                 "or a claim no pod was using went, and its volume with it, before this run)")
     else:
         kept = (f"the data stays on PersistentVolumes {volumes} (reclaim policy Retain, "
@@ -220,9 +265,13 @@ def _stop_servers(spec: DatabaseSpec, observed: Observed) -> _Step | None:
 
 def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
                   facts: Facts) -> _Step | None:
-    """The final backup while the server still runs; None once it completed (or when there
-    is no data at all to back up)."""
-    if not observed.data_pvcs and not observed.statefulsets:
+    """The final backup while the server still runs; None once it completed, or when no
+    server ever held data: never initialized and no data volume ever bound (the server
+    never started), where a backup Job would wait its whole deadline for a server that
+    never runs, then fail and hold the Database. An initialized Database is backed up
+    whatever its claims say (a volume bound without eventop seeing it is still data)."""
+    if facts.initialized[0] != "True" \
+            and not any(observe.is_bound(pvc) for pvc in observed.data_pvcs):
         return None
     names = Names.of(spec.name)
     major = int(running[0].split(".")[0])
@@ -235,15 +284,16 @@ def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, st
         observed.statefulset(major)))
     children = [workload.config_map(spec), workload.headless_service(spec),
                 workload.client_service(spec, major), server, job]
+    made = [] if observed.backup_pvc else [workload.backup_pvc(spec)]  # where it writes
     if state == FAILED:
         return _Step(("True", "FinalBackupFailed",
                       f"the final backup, Job {names.final_backup_job}, failed "
                       f"({observe.job_failure(found or {})}); the Database stays. "
-                      f"{_how_to_go_on(names).capitalize()}"), children=children,
-                     requeue_after=None)
+                      f"{_sentence(_how_to_go_on(names))}"), children=children,
+                     kept=made, requeue_after=None)
     return _Step(("True", "FinalBackup", f"writing a final backup to {names.backup_pvc} "
                                          "(the snapshot API is not served)"),
-                 children=children)
+                 children=children, kept=made)
 
 
 def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:

@@ -18,25 +18,35 @@ the running image and waits for it. Then:
   server serving, writable again.
 
 Lowering the version is refused (``Progressing=False``, ``DowngradeRefused``): PostgreSQL
-can not open a newer data directory with older binaries.
+can not open a newer data directory with older binaries. So is a changed
+``spec.databaseName`` once initialized (``DatabaseNameRefused``): the init Job made that role
+and database once, and the credentials Secret keeps naming them (:func:`initialized_name`).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases import jobs, observe, status, workload
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import (
+    DEFAULT_RESOURCES,
+    DELETION_POLICIES,
+    PINNED_MINOR,
     DatabaseSpec,
     Names,
     SpecError,
     Version,
+    check_resources,
+    database_name,
     image_for,
     parse_spec,
+    resolve,
+    size,
 )
 from eventop.handlers.databases.status import Event, Facts
 from eventop.handlers.databases.workload import Passwords
@@ -79,25 +89,103 @@ def plan(db: Obj, observed: Observed, new_password: Callable[[], str]) -> Plan:
 
     deleting = bool(db["metadata"].get("deletionTimestamp"))
     try:
-        spec = parse_spec(_as_running(db) if deleting else db)
+        spec = parse_spec(deletion_spec(db, observed) if deleting else db)
     except SpecError as exc:
         return invalid(db, observed, exc)
     if deleting:
-        return deletion.plan(db, spec, observed)
+        return deletion.plan(db, initialized_name(db, spec, observed), observed)
     return running(db, spec, observed, new_password)
 
 
-def _as_running(db: Obj) -> Obj:
-    """For deletion, the spec as far as it matters then: the version that runs (a version
-    edited in the meantime, even an unsupported one, upgrades nothing now) and no schedule
-    (a broken one must not keep a Database from being deleted)."""
+def _valid(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except (SpecError, ValueError):
+        return False
+    return True
+
+
+def deletion_spec(db: Obj, observed: Observed) -> Obj:
+    """For deletion, the spec as far as it matters then, with nothing left in it that the
+    handler would refuse: a broken field must not keep a Database from being deleted (its
+    finalizer held, nothing said, until the spec is fixed). The version that runs (a
+    version edited in the meantime, even an unsupported one, upgrades nothing now); no
+    schedule; and a field made invalid since is replaced by what the running objects have,
+    else by its default (the deletion makes nothing new from them: the existing
+    StatefulSets keep their volume templates, the backup volume its size)."""
     spec = dict(db.get("spec") or {})
     old = db.get("status") or {}
     if old.get("version"):
         spec["version"] = old["version"]
         spec["image"] = old.get("image") or spec.get("image")
-    spec["backup"] = {k: v for k, v in (spec.get("backup") or {}).items() if k != "schedule"}
+    if not _valid(lambda: resolve(Version.parse(spec.get("version", "")), spec.get("image"))):
+        spec["version"], spec["image"] = _running_version(observed)
+    spec["engine"] = "postgres"
+    storage = dict(spec.get("storage") or {})
+    if not _valid(lambda: size(storage.get("size"), "spec.storage.size")):
+        spec["storage"] = {**storage, "size": _running_size(observed)}
+    backup = {k: v for k, v in (spec.get("backup") or {}).items() if k != "schedule"}
+    backup_size = (backup.get("storage") or {}).get("size")
+    if backup_size and not _valid(lambda: size(backup_size, "spec.backup.storage.size")):
+        backup.pop("storage")  # (the backup volume keeps its own size anyway)
+    spec["backup"] = backup
+    if not _valid(lambda: check_resources(spec.get("resources") or {})):
+        spec["resources"] = _running_resources(observed)
+    if not _valid(lambda: database_name(db["metadata"]["name"], spec.get("databaseName"))):
+        spec.pop("databaseName")  # (the kept Secret says the initialized one)
+    if spec.get("deletionPolicy", "Snapshot") not in DELETION_POLICIES:
+        spec["deletionPolicy"] = "Snapshot"  # the default, and the one that loses nothing
     return {**db, "spec": spec}
+
+
+def _running_version(observed: Observed) -> tuple[str, str | None]:
+    """(version, image) of the lowest major's StatefulSet; with none, a supported version
+    (nothing runs: it names nothing that is made)."""
+    for sts in sorted(observed.statefulsets,
+                      key=lambda s: int(s["metadata"]["labels"][workload.MAJOR_LABEL])):
+        version = observe.sts_version(sts)
+        if version is not None and version.major in PINNED_MINOR:
+            return str(version), observe.sts_image(sts)
+    return str(max(PINNED_MINOR)), None
+
+
+def _running_size(observed: Observed) -> str:
+    """The data volume size of a StatefulSet's template; with none, any valid size (a
+    StatefulSet made again for a final backup binds the existing claims whatever it asks)."""
+    for sts in observed.statefulsets:
+        template = _claim_template(sts) or {}
+        found = (((template.get("spec") or {}).get("resources") or {}).get("requests")
+                 or {}).get("storage")
+        if found:
+            return str(found)
+    return "1Gi"
+
+
+def _running_resources(observed: Observed) -> Obj:
+    """The postgres container's resources in a StatefulSet (a server stopped or backed up
+    with them is not rolled first); with none, the defaults."""
+    for sts in observed.statefulsets:
+        containers = sts["spec"]["template"]["spec"].get("containers") or []
+        for container in containers:
+            if container.get("name") == "postgres" and _valid(
+                    lambda c=container: check_resources(c.get("resources") or {})):
+                return dict(container.get("resources") or DEFAULT_RESOURCES)
+    return DEFAULT_RESOURCES
+
+
+def initialized_name(db: Obj, spec: DatabaseSpec, observed: Observed) -> DatabaseSpec:
+    """The spec with the database name that was initialized: once the init Job made the
+    role and database, they are the ones the credentials Secret names (``database``), and
+    a changed ``spec.databaseName`` is not applied (the Secret would name a role and
+    database that do not exist, and the init Job does not run again). Before that, or
+    without a Secret of this Database's, the spec's."""
+    secret = observed.secret
+    if _initialized_before(db)[0] != "True" or secret is None or not is_ours(secret, db):
+        return spec
+    encoded = (secret.get("data") or {}).get("database")
+    if not encoded:
+        return spec
+    return replace(spec, database_name=base64.b64decode(encoded).decode())
 
 
 def invalid(db: Obj, observed: Observed, exc: SpecError) -> Plan:
@@ -192,6 +280,16 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
             f"Secret {names.secret} was deleted and is made again with new passwords, which "
             "the server does not know: restore the deleted Secret (or set the roles' "
             "passwords to the new ones as the postgres user inside the primary's pod)"))
+    kept_name = initialized_name(db, spec, observed)
+    renamed = None
+    if kept_name.database_name != spec.database_name:
+        renamed = ("False", "DatabaseNameRefused",
+                   f"spec.databaseName {spec.database_name!r} is not applied: the role and "
+                   f"database {kept_name.database_name!r} were made when the Database was "
+                   f"initialized, and Secret {names.secret} names them; eventop renames "
+                   f"neither. Set spec.databaseName back to {kept_name.database_name!r} "
+                   "(or restore a backup into a new Database)")
+        spec = kept_name
     version, image = serving(db, spec, observed)
     children: list[Obj] = [workload.config_map(spec), workload.headless_service(spec)]
     secret = workload.credentials_secret(spec, passwords(observed.secret, new_password))
@@ -208,6 +306,8 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
     else:
         facts.progressing = ("False", "Stable",
                              f"PostgreSQL {version}, as spec.version asks: no upgrade under way")
+    if renamed is not None and facts.progressing[1] == "Stable":  # (an upgrade says more)
+        facts.progressing = renamed
     version, image = step.serve
     built, built_image = step.build
     serving_sts = observed.statefulset(version.major)
@@ -220,7 +320,8 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
     if facts.initialized[0] == "True":
         children.append(jobs.backup_cronjob(spec, (str(version), image), version.major))
     new, events, recheck = status.compute(db, facts, observed, spec.replicas)
-    return Plan(children=children, status=new, kept=[secret, workload.backup_pvc(spec)],
+    return Plan(children=children, status=new,
+                kept=[secret, workload.backup_pvc(spec, observed.backup_pvc)],
                 events=events, requeue_after=recheck)
 
 

@@ -25,9 +25,10 @@ class Observed:
     """A Database's children as they are now.
 
     ``snapshots`` is None when the API server does not serve ``snapshot.storage.k8s.io/v1``
-    (deletion then takes a final backup instead). ``volumes`` are the PersistentVolumes
-    bound to its data volumes (their ``claimRef``), there even once the claims are gone;
-    ``namespace_terminating``: its namespace is being deleted.
+    (deletion then takes a final backup instead). ``backup_pvc`` is the backup volume's
+    claim (None: not made yet, or gone). ``volumes`` are the PersistentVolumes bound to its
+    data volumes and its backup volume (their ``claimRef``), there even once the claims are
+    gone; ``namespace_terminating``: its namespace is being deleted.
     """
 
     now: datetime
@@ -36,6 +37,7 @@ class Observed:
     jobs: list[Obj] = field(default_factory=list)
     cronjob: Obj | None = None
     data_pvcs: list[Obj] = field(default_factory=list)
+    backup_pvc: Obj | None = None
     snapshots: list[Obj] | None = None
     volumes: list[Obj] = field(default_factory=list)
     namespace_terminating: bool = False
@@ -195,13 +197,20 @@ def is_data_claim(claim: str, names: Names) -> bool:
     return rest != claim and major.isdigit() and ordinal.isdigit()
 
 
+def claim_of(pv: Obj) -> str:
+    """The name of the claim a PersistentVolume is (or was) bound to: its ``claimRef``."""
+    return str(((pv.get("spec") or {}).get("claimRef") or {}).get("name") or "")
+
+
 def bound_volumes(volumes: list[Obj], namespace: str, names: Names) -> list[Obj]:
-    """The PersistentVolumes whose claim is one of this Database's data volumes."""
+    """The PersistentVolumes whose claim is one of this Database's data volumes or its
+    backup volume (both hold what a deletion must not lose)."""
     found = []
     for pv in volumes:
         ref = (pv.get("spec") or {}).get("claimRef") or {}
-        if ref.get("namespace") == namespace and is_data_claim(str(ref.get("name") or ""),
-                                                               names):
+        claim = claim_of(pv)
+        if ref.get("namespace") == namespace and (is_data_claim(claim, names)
+                                                  or claim == names.backup_pvc):
             found.append(pv)
     return sorted(found, key=lambda pv: pv["metadata"]["name"])
 

@@ -90,7 +90,7 @@ class DatabaseSpec:
     resources: Obj
     schedule: str  # as written by the user
     retention: int
-    backup_size: str
+    backup_size: str | None  # spec.backup.storage.size; None: the default (storage_size)
     backup_class: str | None
     snapshot_class: str | None
     deletion_policy: str
@@ -165,7 +165,7 @@ def parse_spec(db: Obj) -> DatabaseSpec:
     if not storage.get("size"):
         raise SpecError("spec.storage.size is required (e.g. 10Gi)", reason="InvalidStorage")
     size(storage["size"], "spec.storage.size")
-    _check_resources(spec.get("resources") or {})
+    check_resources(spec.get("resources") or {})
     backup = spec.get("backup") or {}
     schedule = str(backup.get("schedule") or DEFAULT_SCHEDULE)
     try:
@@ -188,7 +188,7 @@ def parse_spec(db: Obj) -> DatabaseSpec:
         storage_size=str(storage["size"]), storage_class=storage.get("storageClassName"),
         resources=spec.get("resources") or DEFAULT_RESOURCES,
         schedule=schedule, retention=int(backup.get("retention", 7)),
-        backup_size=str(backup_storage.get("size") or storage["size"]),
+        backup_size=str(backup_storage["size"]) if backup_storage.get("size") else None,
         backup_class=backup_storage.get("storageClassName"),
         snapshot_class=spec.get("snapshotClassName"), deletion_policy=policy,
     )
@@ -274,7 +274,7 @@ def size(value: Any, field: str) -> Decimal:
     return amount
 
 
-def _check_resources(resources: Any) -> None:
+def check_resources(resources: Any) -> None:
     """Requests and limits are quantities, and no request is above its limit (else every
     pod of the StatefulSet is refused, which only the StatefulSet's Events would say)."""
     if not isinstance(resources, dict):

@@ -4,8 +4,8 @@ and what the children report. Pure: one place decides every condition, phase and
 Conditions: ``Ready`` (every replica serves, the initial configuration is applied),
 ``Initialized`` (the init Job completed, once), ``BackupHealthy`` (the last scheduled backup
 did not fail, and one succeeded within two schedule periods), ``Progressing`` (an upgrade in
-flight, or why the requested version is not the running one), and ``Deleting`` while the
-finalizer waits for the data to be kept.
+flight, or why the requested version or database name is not the running one), and
+``Deleting`` while the finalizer waits for the data to be kept.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ Event = tuple[str, str, str]  # type (Normal, Warning), reason, message
 # Reasons that are a problem someone must look at: entering one posts a Warning Event.
 WARNING_REASONS = {
     "InvalidSpec", "SecretConflict", "InitFailed", "BackupFailed", "NoRecentBackup",
-    "DowngradeRefused", "UpgradeBackupFailed", "UpgradeFailed", "SnapshotFailed",
-    "SnapshotTimedOut", "FinalBackupFailed",
+    "DowngradeRefused", "DatabaseNameRefused", "UpgradeBackupFailed", "UpgradeFailed",
+    "SnapshotFailed", "SnapshotTimedOut", "FinalBackupFailed",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases import scripts
-from eventop.handlers.databases.spec import DatabaseSpec, Names
+from eventop.handlers.databases.spec import DatabaseSpec, Names, quantity
 from eventop.kube import label_value, standard_labels
 
 Obj = dict[str, Any]
@@ -268,12 +268,35 @@ def statefulset(spec: DatabaseSpec, version_image: tuple[str, str], major: int, 
     }
 
 
-def backup_pvc(spec: DatabaseSpec) -> Obj:
-    """The backup volume. Never owned by the Database: backups outlive it."""
+def backup_pvc(spec: DatabaseSpec, existing: Obj | None = None) -> Obj:
+    """The backup volume. Never owned by the Database: backups outlive it.
+
+    ``existing`` is the claim as it is: once made, its class stays (immutable) and so does
+    its size, unless ``spec.backup.storage.size`` asks for more (see
+    :func:`backup_size`)."""
+    have = (existing or {}).get("spec") or {}
+    storage_class = have.get("storageClassName") if existing else spec.backup_class
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": meta(spec, Names.of(spec.name).backup_pvc, "backup"),
         "spec": {"accessModes": ["ReadWriteOnce"],
-                 "resources": {"requests": {"storage": spec.backup_size}},
-                 **({"storageClassName": spec.backup_class} if spec.backup_class else {})},
+                 "resources": {"requests": {"storage": backup_size(spec, existing)}},
+                 **({"storageClassName": storage_class} if storage_class else {})},
     }
+
+
+def backup_size(spec: DatabaseSpec, existing: Obj | None) -> str:
+    """The backup volume's size: when it is made, ``spec.backup.storage.size`` or else
+    ``spec.storage.size``; once it exists, its own size, grown only to an explicit
+    ``spec.backup.storage.size`` above it. A claim never shrinks (the API server refuses
+    it), and grows only where its class allows expansion: a changed ``storage.size``, which
+    is about the data volumes, must not turn into a refused write of the backup volume."""
+    current = ((((existing or {}).get("spec") or {}).get("resources") or {})
+               .get("requests") or {}).get("storage")
+    if current is None:
+        return spec.backup_size or spec.storage_size
+    field, reason = "spec.backup.storage.size", "InvalidStorage"
+    if spec.backup_size is not None and quantity(spec.backup_size, field, reason) > quantity(
+            current, field, reason):
+        return spec.backup_size
+    return str(current)

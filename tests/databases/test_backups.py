@@ -94,3 +94,40 @@ def test_a_time_driven_recheck_is_asked_for_the_next_tick() -> None:
     plan = world.reconcile()
     # now 10:00, next tick 02:30 the next day: 16.5 hours, plus a minute of slack
     assert plan.requeue_after == 16.5 * 3600 + 60
+
+
+def backup_claim_size(world: World) -> str:
+    claim = world.get("PersistentVolumeClaim", "orders-backups")
+    return str(claim["spec"]["resources"]["requests"]["storage"])
+
+
+def test_a_changed_storage_size_leaves_the_backup_volume_as_it_is() -> None:
+    """The backup volume's size defaults to storage.size only when it is made: re-applied
+    with a new storage.size it was refused (a claim never shrinks; growing needs an
+    expandable class), and a healthy Database turned Degraded every 30 seconds."""
+    world = created(World(database()))
+    assert backup_claim_size(world) == "5Gi"
+    for size in ("50Gi", "1Gi"):
+        world.edit(storage={"size": size})
+        world.converge()
+        assert backup_claim_size(world) == "5Gi"
+    assert world.db["status"]["phase"] == "Ready"
+
+
+def test_the_backup_volume_grows_only_when_backup_storage_size_asks_for_more() -> None:
+    world = created(World(database()))
+    world.edit(backup={"schedule": "0 0 * * *", "retention": 7, "storage": {"size": "20Gi"}})
+    world.converge()
+    assert backup_claim_size(world) == "20Gi"
+    world.edit(backup={"schedule": "0 0 * * *", "retention": 7, "storage": {"size": "10Gi"}})
+    world.converge()
+    assert backup_claim_size(world) == "20Gi"  # never shrunk: the API server refuses that
+
+
+def test_a_new_backup_volume_takes_backup_storage_size_else_storage_size() -> None:
+    world = World(database(storage={"size": "3Gi"}))
+    world.converge()
+    assert backup_claim_size(world) == "3Gi"
+    other = World(database(backup={"schedule": "0 0 * * *", "storage": {"size": "8Gi"}}))
+    other.converge()
+    assert backup_claim_size(other) == "8Gi"

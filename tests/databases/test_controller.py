@@ -179,13 +179,15 @@ def test_a_service_of_someone_elses_at_its_name_makes_the_database_not_ready() -
 def test_its_namespace_being_deleted_sets_its_volumes_to_retain_before_it_is_deleted() -> None:
     """The namespace controller deletes everything at once, and a claim no pod uses goes at
     once: a Database not yet deleted itself keeps its volumes as soon as its namespace is
-    terminating (the Namespace's change runs it); under Delete it does not."""
+    terminating (the Namespace's change runs it); under Delete only its backup volume (kept
+    under every policy)."""
     world = fresh()
     world.put(copy.deepcopy(database("scratch", deletionPolicy="Delete")) | {
         "metadata": {"name": "scratch", "namespace": "shop"}})
     world.converge(databases)
     for name, claim in (("pv-orders", "data-orders-pg16-0"), ("pv-scratch",
-                                                              "data-scratch-pg16-0")):
+                                                              "data-scratch-pg16-0"),
+                        ("pv-scratch-backups", "scratch-backups")):
         world.put({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
                    "spec": {"persistentVolumeReclaimPolicy": "Delete",
                             "claimRef": {"namespace": "shop", "name": claim}}})
@@ -194,6 +196,20 @@ def test_its_namespace_being_deleted_sets_its_volumes_to_retain_before_it_is_del
         "status": {"phase": "Terminating"}})
     world.changed(databases, namespace)
     reclaim = {pv: world.get("v1/PersistentVolume", pv)["spec"]["persistentVolumeReclaimPolicy"]
-               for pv in ("pv-orders", "pv-scratch")}
-    assert reclaim == {"pv-orders": "Retain", "pv-scratch": "Delete"}
+               for pv in ("pv-orders", "pv-scratch", "pv-scratch-backups")}
+    assert reclaim == {"pv-orders": "Retain", "pv-scratch": "Delete",
+                       "pv-scratch-backups": "Retain"}
     assert world.get(DB, "orders", "shop")["metadata"].get("deletionTimestamp") is None
+
+
+def test_a_changed_storage_size_leaves_the_backup_volume_as_the_cluster_holds_it() -> None:
+    """The reconcile reads the backup claim (observe) so its size is kept: re-applied with
+    a new storage.size it was refused, and the Database reported Degraded."""
+    world = fresh()
+    world.converge(databases)
+    db = copy.deepcopy(world.get(DB, "orders", "shop"))
+    db["spec"]["storage"] = {"size": "50Gi"}
+    world.put(db)
+    world.converge(databases)
+    claim = world.get("v1/PersistentVolumeClaim", "orders-backups", "shop")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"

@@ -164,6 +164,10 @@ def test_a_final_backup_that_times_out_is_reported_and_the_database_stays() -> N
     assert world.db is not None
     deleting = world.condition("Deleting")
     assert deleting["reason"] == "FinalBackupFailed" and "DeadlineExceeded" in deleting["message"]
+    # the way out, in the field's and the values' own spelling (not lower-cased)
+    assert deleting["message"].endswith(
+        "the Database stays. Delete it to try again, or set spec.deletionPolicy to Retain "
+        "(keeps the data volumes data-orders-pg*) or Delete (deletes them)")
     assert DATA in world.objects and world.names("StatefulSet") == ["orders-pg16"]
     assert "FinalBackupFailed" in reasons(world)
     world.edit(deletionPolicy="Retain")  # the user decides to keep the volumes instead
@@ -176,6 +180,62 @@ def test_a_database_that_never_had_data_goes_at_once() -> None:
     world.delete()
     world.converge()
     assert world.db is None
+
+
+def test_a_database_deleted_before_it_made_anything_leaves_no_backup_volume_behind() -> None:
+    """The backup volume is kept as it is, not made by the deletion: nothing would ever
+    delete an ownerless, empty claim."""
+    world = World(database())
+    world.delete()
+    world.converge()
+    assert world.db is None and world.objects == {}
+
+
+def test_without_the_snapshot_api_a_server_that_never_started_needs_no_final_backup() -> None:
+    """Its claim never bound (the pod never scheduled): no data, as the snapshot path
+    knows. A final backup Job waited 4 hours for that server, failed, and held the
+    Database."""
+    world = World(database(), snapshot_api=False)
+    world.converge()
+    world.statefulset_ready("orders-pg16", ready=0)
+    world.get(*DATA)["status"] = {"phase": "Pending"}
+    world.delete()
+    world.converge()
+    assert "orders-final-backup" not in world.names("Job")
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    servers_stopped(world)
+    world.converge()
+    assert world.db is None and DATA not in world.objects
+    assert [m for _, r, m in world.events if r == "NoFinalBackup"] == [
+        "no final backup: the Database was never initialized and no data volume was ever "
+        "bound, so no server held data; data volumes deleted: data-orders-pg16-0"]
+
+
+@pytest.mark.parametrize("edit", [
+    {"storage": {"size": "0"}},
+    {"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}},
+    {"backup": {"schedule": "61 * * * *", "storage": {"size": "0"}}},
+    {"deletionPolicy": "Archive"},
+])
+def test_a_spec_made_invalid_does_not_keep_the_database_from_being_deleted(edit: Obj) -> None:
+    """The deletion goes on with what runs: the StatefulSet is stopped as it is (not rolled
+    with other resources first), the snapshots taken, then it goes."""
+    world = created(World(database()))
+    server = world.get("StatefulSet", "orders-pg16")["spec"]["template"]["spec"]["containers"]
+    world.edit(**edit)
+    world.converge()
+    assert world.db["status"]["phase"] == "Failed"
+    world.delete()
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    assert world.get("StatefulSet", "orders-pg16")["spec"]["template"]["spec"][
+        "containers"] == server
+    servers_stopped(world)
+    world.converge()
+    (snapshot,) = world.names("VolumeSnapshot")
+    world.snapshot_done(snapshot)
+    world.converge()
+    assert world.db is None and DATA not in world.objects and BACKUPS in world.objects
 
 
 def volume(name: str, claim: str, namespace: str = "shop", reclaim: str = "Delete") -> Obj:
@@ -212,6 +272,32 @@ def test_in_a_namespace_being_deleted_the_data_volumes_are_set_to_retain_then_it
     assert "pv-0, pv-1, pv-kept" in message and "Retain" in message
 
 
+@pytest.mark.parametrize("policy", ["Snapshot", "Retain", "Delete"])
+def test_in_a_namespace_being_deleted_the_backup_volume_is_kept_under_every_policy(
+        policy: str) -> None:
+    """The namespace controller deletes the backup claim too: its PersistentVolume is set
+    to Retain, else the scheduled, pre-upgrade and final backups went with it."""
+    world = created(World(database(deletionPolicy=policy)))
+    for pv in (volume("pv-data", "data-orders-pg16-0"), volume("pv-backups", "orders-backups")):
+        world.objects[world.key(pv)] = pv
+    world.terminating = True
+    world.delete()
+    first = world.reconcile()
+    patched = {p["metadata"]["name"] for p in first.patches}
+    assert patched == ({"pv-backups"} if policy == "Delete" else {"pv-data", "pv-backups"})
+    for _ in range(6):
+        if world.db is None:
+            break
+        if world.names("StatefulSet"):
+            servers_stopped(world)
+        world.reconcile()
+    assert world.db is None
+    reclaim = {name: world.get("PersistentVolume", name)["spec"]["persistentVolumeReclaimPolicy"]
+               for name in world.names("PersistentVolume")}
+    assert reclaim == {"pv-backups": "Retain",
+                       "pv-data": "Delete" if policy == "Delete" else "Retain"}
+
+
 def test_in_a_namespace_being_deleted_delete_still_deletes() -> None:
     world = created(World(database(deletionPolicy="Delete")))
     world.objects[("PersistentVolume", "pv-0")] = volume("pv-0", "data-orders-pg16-0")
@@ -233,7 +319,8 @@ def test_in_a_namespace_being_deleted_no_bound_volume_means_nothing_to_keep() ->
     world.converge()
     assert world.db is None
     (message,) = [m for _, r, m in world.events if r == "NamespaceDeleted"]
-    assert "no PersistentVolume of its data volumes was left to keep" in message
+    assert ("no PersistentVolume of its data volumes and backup volume was left to keep"
+            in message)
 
 
 def test_in_a_namespace_being_deleted_a_claim_bound_to_an_unseen_volume_is_waited_for() -> None:
@@ -253,3 +340,23 @@ def test_in_a_namespace_being_deleted_a_claim_bound_to_an_unseen_volume_is_waite
     assert world.db is None
     assert world.get("PersistentVolume", "pv-0")["spec"]["persistentVolumeReclaimPolicy"] == \
         "Retain"
+
+
+def test_in_a_namespace_being_deleted_under_delete_an_unseen_backup_volume_is_waited_for(
+        ) -> None:
+    """Delete deletes the data volumes, but not before the backup volume's PersistentVolume,
+    once the cache holds it, is set to Retain."""
+    world = created(World(database(deletionPolicy="Delete")))
+    claim = world.get(*BACKUPS)
+    claim["spec"] = {**claim["spec"], "volumeName": "pv-backups"}
+    claim["status"] = {"phase": "Bound"}
+    world.terminating = True
+    world.delete()
+    first = world.reconcile()
+    assert world.db is not None and first.patches == [] and first.requeue_after == 2.0
+    assert DATA in world.objects
+    world.objects[("PersistentVolume", "pv-backups")] = volume("pv-backups", "orders-backups")
+    world.converge()
+    assert world.db is None and DATA not in world.objects
+    assert world.get("PersistentVolume", "pv-backups")["spec"][
+        "persistentVolumeReclaimPolicy"] == "Retain"

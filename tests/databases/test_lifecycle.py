@@ -285,3 +285,39 @@ def test_a_database_named_like_a_reserved_role_gets_a_database_name_of_its_own()
 
     assert parse_spec(database("postgres")).database_name == "db_postgres"
     assert parse_spec(database("orders")).database_name == "orders"
+
+
+def test_a_database_name_changed_after_initialization_is_refused_and_the_secret_kept() -> None:
+    """The init Job made role and database ``orders`` once; the Secret naming another
+    would make every application login fail while the status said Ready."""
+    world = created(World(database()))
+    uri = secret_value(world, "uri")
+    world.edit(databaseName="shop_orders")
+    world.converge()
+    assert (secret_value(world, "username"), secret_value(world, "database")) == (
+        "orders", "orders")
+    assert secret_value(world, "uri") == uri
+    progressing = world.condition("Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "DatabaseNameRefused")
+    assert "Set spec.databaseName back to 'orders'" in progressing["message"]
+    assert world.db["status"]["phase"] == "Ready"
+    assert [(t, r) for t, r, _ in world.events].count(("Warning", "DatabaseNameRefused")) == 1
+    world.edit(databaseName="orders")
+    world.converge()
+    assert world.condition("Progressing")["reason"] == "Stable"
+    world.edit(databaseName="shop_orders", deletionPolicy="Retain")
+    world.delete()
+    world.converge()
+    assert world.db is None and secret_value(world, "database") == "orders"  # kept as made
+
+
+def test_a_database_name_changed_before_initialization_is_applied() -> None:
+    world = World(database())
+    world.converge()
+    world.edit(databaseName="shop_orders")
+    world.converge()
+    world.statefulset_ready("orders-pg16")
+    world.converge()
+    env = world.get("Job", "orders-init")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "APP_DB", "value": "shop_orders"} in env
+    assert secret_value(world, "database") == "shop_orders"

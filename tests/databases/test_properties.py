@@ -1,6 +1,7 @@
 """Properties over random lives of a Database: whatever the controllers and the user do in
 between, reconciling reaches a state where reconciling again changes nothing (no write, no
-Event), and the generated passwords never change."""
+Event), and neither the generated passwords nor, once initialized, the Secret's database name
+ever change."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ ACTIONS = st.lists(st.one_of(
     st.tuples(st.just("version"), st.sampled_from(["16", "16.9", "16.11", "17", "18", "15"])),
     st.tuples(st.just("replicas"), st.integers(1, 3)),
     st.tuples(st.just("schedule"), st.sampled_from(["@hourly", "0 0 * * *", "61 * * * *"])),
+    st.tuples(st.just("database-name"), st.sampled_from(["orders", "shop_orders"])),
+    st.tuples(st.just("storage"), st.sampled_from(["1Gi", "5Gi", "50Gi", "0"])),
     st.tuples(st.just("delete-secret"), st.none()),
     st.tuples(st.just("rolling"), st.none()),
 ), max_size=25)
@@ -51,19 +54,24 @@ def act(world: World, action: str, arg: Any) -> None:
         world.edit(replicas=arg)
     elif action == "schedule":
         world.edit(backup={"schedule": arg, "retention": 7})
+    elif action == "database-name":
+        world.edit(databaseName=arg)
+    elif action == "storage":
+        world.edit(storage={"size": arg})
     elif action == "delete-secret":
         world.objects.pop(("Secret", "orders-credentials"), None)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ACTIONS, st.sampled_from(["Snapshot", "Retain", "Delete"]), st.booleans())
-def test_reconciling_converges_and_passwords_never_change(actions: list[tuple[str, Any]],
-                                                          policy: str, snapshots: bool) -> None:
+def test_reconciling_converges_and_passwords_and_database_name_never_change(
+        actions: list[tuple[str, Any]], policy: str, snapshots: bool) -> None:
     world = World(database(deletionPolicy=policy), snapshot_api=snapshots)
     world.converge()
     first = passwords(world)
     assert set(first) == {"password", "superuser-password", "replication-password"}
     secret_lost = False
+    initialized_as = None  # the database name the Secret had when first initialized
     for action, arg in actions:
         act(world, action, arg)
         secret_lost |= action == "delete-secret"
@@ -77,6 +85,10 @@ def test_reconciling_converges_and_passwords_never_change(actions: list[tuple[st
             == "eventop" for c in settled.children)
         if not secret_lost:
             assert passwords(world) == first
+            if world.condition("Initialized")["status"] == "True":
+                name = world.get("Secret", "orders-credentials")["data"]["database"]
+                initialized_as = initialized_as or name
+                assert name == initialized_as, "the Secret's database changed after init"
     data_before = {n for n in world.names("PersistentVolumeClaim") if n.startswith("data-")}
     world.delete()
     for _ in range(20):

@@ -77,6 +77,8 @@ class World:
             cronjob=next(iter(kind("CronJob")), None),
             data_pvcs=[p for p in kind("PersistentVolumeClaim")
                        if p["metadata"]["labels"].get("app.kubernetes.io/component") == "server"],
+            backup_pvc=next((p for p in kind("PersistentVolumeClaim")
+                             if p["metadata"]["name"] == Names.of(name).backup_pvc), None),
             snapshots=kind("VolumeSnapshot") if self.snapshot_api else None,
             volumes=bound_volumes(kind("PersistentVolume"), "shop", Names.of(name)),
             namespace_terminating=self.terminating)

@@ -15,10 +15,15 @@ The rules every path shares (an ExchangeRate changed; the scheduled refresh of t
   wrote, not for another base or currency). Status says ``Ready=False`` with the failure's
   reason, and a Warning Event is posted at every failed attempt (its ``count`` says how
   many);
+* a rate never goes backwards: an answer whose publication ``date`` is older than the one
+  status holds for this base and currency is not written (``Ready=True``, reason
+  ``StaleAnswer``, see :func:`stale`). A bad rate for this currency in an answer that is
+  otherwise good fails only this ExchangeRate (``MalformedAnswer``), as a missing one does;
 * a ConfigMap of the same name that eventop does not manage is never written
   (``ConfigMapConflict``); one an earlier ExchangeRate of this name left (deleted and created
   again before the garbage collector ran) is taken over, its old controller reference
-  replaced by ours and other owners kept (see :func:`earlier_ones`);
+  replaced by ours and other owners kept, and so is one that lost its ownerReferences but
+  still carries eventop's labels for this name (see :func:`earlier_ones`);
 * status is merge-patched only when it changed. ``lastSuccessfulFetch`` moves with every
   successful fetch (so on each refresh: a status write is cheap and restarts nothing).
 
@@ -78,7 +83,7 @@ def configmap_for(cr: Obj, quote: Quote) -> Obj:
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
             "name": meta["name"], "namespace": meta["namespace"],
-            "labels": standard_labels(LABELS_NAME, meta["name"], LABELS_COMPONENT),
+            "labels": labels_for(cr),
             "ownerReferences": [owner_reference(cr)],
         },
         "data": {
@@ -88,11 +93,28 @@ def configmap_for(cr: Obj, quote: Quote) -> Obj:
     }
 
 
+def labels_for(cr: Obj) -> dict[str, str]:
+    """The labels eventop writes on the ConfigMap of ``cr`` (they name the ExchangeRate)."""
+    return standard_labels(LABELS_NAME, cr["metadata"]["name"], LABELS_COMPONENT)
+
+
 def earlier_ones(cr: Obj, cm: Obj) -> bool:
-    """Is ``cm`` the ConfigMap of an earlier ExchangeRate of this name (to take over)?"""
-    return any(ref.get("apiVersion", "").startswith("eventop.dev/") and ref.get("kind") == KIND
-               and ref.get("name") == cr["metadata"]["name"]
-               for ref in (cm.get("metadata") or {}).get("ownerReferences") or [])
+    """Is ``cm`` a ConfigMap eventop made for an ExchangeRate of this name (to take over)?
+
+    Either it still has an earlier ExchangeRate's ownerReference (one deleted and created
+    again before the garbage collector ran), or it lost its ownerReferences (removed by
+    hand, or the ExchangeRate deleted with ``--cascade=orphan``) and still carries all of
+    eventop's labels for this name, as a mirror re-adopts its objects by their labels. One
+    that another controller's reference claims is never taken by labels alone.
+    """
+    meta = cm.get("metadata") or {}
+    refs = meta.get("ownerReferences") or []
+    if any(ref.get("apiVersion", "").startswith("eventop.dev/") and ref.get("kind") == KIND
+           and ref.get("name") == cr["metadata"]["name"] for ref in refs):
+        return True
+    labels = meta.get("labels") or {}
+    return (not any(ref.get("controller") for ref in refs)
+            and all(labels.get(k) == v for k, v in labels_for(cr).items()))
 
 
 def is_ours(cm: Obj, cr: Obj) -> bool:
@@ -172,7 +194,11 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
     except ProviderError as exc:  # the answer lacks this currency
         return failed(cr, exc.reason, exc.message, now)
     if cm is not None and not is_ours(cm, cr):
-        return failed(cr, "ConfigMapConflict", _taken(cr), now)
+        # (its deletion, which the message asks for, runs this ExchangeRate again)
+        return failed(cr, "ConfigMapConflict", _taken(cr), now, blocked_by=cm)
+    held = last_good(cr)
+    if held is not None and answer.date < held.date:
+        return stale(cr, cm, answer, held)
     data = wanted["data"]
     message = f"1 {data['base']} = {data['rate']} {data['currency']} on {data['date']}"
     meta = cr["metadata"]
@@ -206,18 +232,53 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
 
 
 def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False,
-           keep: Obj | None = None) -> Desired:
+           keep: Obj | None = None, blocked_by: Obj | None = None) -> Desired:
     """A failure reported on the ExchangeRate; its ConfigMap is only kept as ``keep`` (the
     last good answer, see :func:`last_good`) says, if given.
 
     ``retry``: ask again in :data:`RETRY_UNFILLED_SECONDS` (an outage that may pass, and no
     rate written yet: waiting for the hourly refresh would leave the ConfigMap missing for
-    up to an hour). A rate already written stays until the refresh replaces it."""
+    up to an hour). A rate already written stays until the refresh replaces it.
+
+    ``blocked_by``: someone's ConfigMap at the name; its change or deletion runs the
+    ExchangeRate again (it maps to no ExchangeRate by itself)."""
     children = [Child(keep, mode="replace", matches=same_values)] if keep else []
     return Desired(children, prune=False, status=failed_status(cr, reason, message, now),
+                   blocked_by=[blocked_by] if blocked_by else [],
                    events=[failure_note(reason, message)],
                    requeue_after=RETRY_UNFILLED_SECONDS if retry else None,
                    summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
+
+
+#: The Ready reason while the provider answers with an older publication date than the rate
+#: held (a lagging mirror or cache of it): the held rate is kept, and is still good.
+STALE = "StaleAnswer"
+
+
+def stale(cr: Obj, cm: Obj | None, answer: Quote, held: Quote) -> Desired:
+    """The provider answered with an older ``date`` than the rate status holds: a rate never
+    goes backwards. The held rate stays (the ConfigMap is written back from it if it was
+    deleted or edited, as in an outage), and ``Ready`` stays True, since what the ConfigMap
+    holds is still the newest rate known, with reason :data:`STALE` saying why the answer
+    was not used. ``lastSuccessfulFetch`` does not move: the answer was not usable. The
+    Warning Event is posted when the status changes, not at every refresh.
+
+    Only status's date counts, never the ConfigMap's: anyone who can edit the ConfigMap could
+    otherwise stop every update with a date far in the future."""
+    currency = currency_of(cr)
+    message = (f"1 {held.base} = {held.rate(currency)} {currency} on {held.date} kept: "
+               f"{answer.source} answered with an older rate "
+               f"({answer.rate(currency)} on {answer.date}); a rate never goes backwards")
+    meta = cr["metadata"]
+    kept = _kept(cr, cm)
+    return Desired([Child(kept, mode="replace", matches=same_values)] if kept else [],
+                   prune=False, status={
+                       "observedGeneration": meta.get("generation"),
+                       "conditions": set_condition(
+                           (cr.get("status") or {}).get("conditions"), "Ready", True, STALE,
+                           message, answer.fetched_at, meta.get("generation"))},
+                   events=[Note("Warning", STALE, message)],
+                   summary=f"ExchangeRate {_name(cr)}: {STALE}: {message}")
 
 
 def last_good(cr: Obj) -> Quote | None:

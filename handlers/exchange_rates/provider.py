@@ -8,12 +8,17 @@ What this module promises its callers:
 
 * rates come back as the *exact* decimal text the provider sent (``"1.0812"``, never the
   float ``1.0812000000000002``), because the ConfigMap must hold what the ECB published;
+* one bad rate in an answer (not a number, not positive, beyond what a float holds) fails
+  only its own currency (:meth:`Quote.rate` raises for it), as a missing one does: the other
+  currencies of that base are still good news. Only an answer bad as a whole (not JSON, no
+  ``rates`` object, a wrong base, amount or date) fails every currency asked;
 * every failure is a :class:`ProviderError` with a ``reason`` fit for a status condition
   and a message fit for a human, never a bare ``requests`` exception (whose text carries
   object addresses and would make every status write look like a change);
 * transient failures (connection errors, timeouts, 5xx, 429) are retried a bounded number
   of times with exponential backoff inside one overall time budget, so a handler never
-  holds a router worker for long; answers that retrying can not fix (404/422, malformed
+  holds a router worker for long (429s that outlast it are :class:`ProviderRateLimited`,
+  not an outage); answers that retrying can not fix (404/422, malformed
   JSON) fail at once;
 * ``If-None-Match`` is sent when an earlier answer for the same URL carried an ``ETag``;
   a ``304`` then reuses that earlier body. This cache is only an optimisation (it lives in
@@ -27,13 +32,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -63,10 +69,13 @@ class ProviderError(Exception):
     #: Would asking again later (a redelivered event) plausibly succeed?
     transient = False
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None,
+                 transient: bool | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        if transient is not None:  # this failure's own answer, not its class's
+            self.transient = transient
 
 
 class ProviderUnavailable(ProviderError):
@@ -77,9 +86,12 @@ class ProviderUnavailable(ProviderError):
 
 
 class ProviderRateLimited(ProviderError):
-    """429 with a Retry-After longer than we are willing to wait inside one event.
+    """429 with a Retry-After longer than we are willing to wait inside one event, or 429s
+    that waiting as asked did not clear before the retries or the time ran out.
 
-    Not ``transient`` on purpose: a redelivered event would only ask again too early.
+    Not ``transient`` on purpose when the provider asked for a long wait: a redelivered
+    event would only ask again too early. 429s with short waits that outlasted our retries
+    are transient (asking again in a minute is as patient as the provider asked us to be).
     """
 
     reason = "ProviderRateLimited"
@@ -92,7 +104,8 @@ class ProviderRejected(ProviderError):
 
 
 class MalformedAnswer(ProviderError):
-    """The answer is not JSON, or lacks ``rates``, the currency, or a sane date/base."""
+    """The answer is not JSON, or lacks ``rates``, the currency, a usable rate for it, or a
+    sane date/base."""
 
     reason = "MalformedAnswer"
 
@@ -101,16 +114,23 @@ class MalformedAnswer(ProviderError):
 
 @dataclass(frozen=True)
 class Quote:
-    """The provider's answer for one base: rates as exact decimal strings."""
+    """The provider's answer for one base: rates as exact decimal strings.
+
+    ``bad``: the currencies the answer sent an unusable rate for, each with what is wrong
+    with it (kept apart so that they fail alone, see the module docstring)."""
 
     base: str
     date: str
     rates: dict[str, str]
     source: str
     fetched_at: str
+    bad: dict[str, str] = field(default_factory=dict)
 
     def rate(self, currency: str) -> str:
-        """The rate of ``currency``, or :class:`MalformedAnswer` if the answer lacks it."""
+        """The rate of ``currency``, or :class:`MalformedAnswer` if the answer lacks it or
+        sent an unusable one for it."""
+        if currency in self.bad:
+            raise MalformedAnswer(self.bad[currency])
         try:
             return self.rates[currency]
         except KeyError:
@@ -129,7 +149,8 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_answer(body: bytes, base: str, source: str, fetched_at: str) -> Quote:
-    """Validate and convert a ``/latest`` answer. Raises :class:`MalformedAnswer`."""
+    """Validate and convert a ``/latest`` answer. Raises :class:`MalformedAnswer` for an
+    answer bad as a whole; a bad rate only lands in :attr:`Quote.bad`."""
     try:
         doc = json.loads(body, parse_float=_Number, parse_int=_Number,
                          parse_constant=_reject_constant)
@@ -151,18 +172,34 @@ def parse_answer(body: bytes, base: str, source: str, fetched_at: str) -> Quote:
     if amount is not None and (not isinstance(amount, _Number) or Decimal(amount) != 1):
         raise MalformedAnswer(f"{source} answered for amount {amount!r}, not 1")
     clean: dict[str, str] = {}
+    bad: dict[str, str] = {}
     for currency, value in rates.items():
-        if not isinstance(value, _Number) or not JSON_NUMBER.match(value):
-            raise MalformedAnswer(f"{source} sent a rate for {currency} that is not a number: "
-                                  f"{value!r}")
-        try:
-            positive = Decimal(value) > 0
-        except InvalidOperation:
-            positive = False
-        if not positive:
-            raise MalformedAnswer(f"{source} sent a non-positive rate for {currency}: {value}")
-        clean[str(currency)] = str(value)
-    return Quote(base=base, date=date, rates=clean, source=source, fetched_at=fetched_at)
+        problem = _rate_problem(value)
+        if problem is None:
+            clean[str(currency)] = str(value)
+        else:
+            shown = str(value) if isinstance(value, _Number) else repr(value)
+            bad[str(currency)] = f"{source} sent {problem} for {currency}: {shown}"
+    return Quote(base=base, date=date, rates=clean, source=source, fetched_at=fetched_at,
+                 bad=bad)
+
+
+def _rate_problem(value: Any) -> str | None:
+    """What makes ``value`` (one entry of ``rates``) unusable as a rate, or None if it is
+    usable: a JSON number, positive, and one a 64-bit float holds (the apps reading the
+    ConfigMap parse it as one: ``1e400`` would be infinity to them, ``1e-400`` zero)."""
+    if not isinstance(value, _Number) or not JSON_NUMBER.match(value):
+        return "a rate that is not a number"
+    try:
+        positive = Decimal(value) > 0
+    except InvalidOperation:
+        positive = False
+    if not positive:
+        return "a non-positive rate"
+    number = float(value)
+    if not math.isfinite(number) or number == 0:
+        return "a rate out of the range of a 64-bit float"
+    return None
 
 
 # -- the client -------------------------------------------------------------------------------
@@ -246,6 +283,7 @@ class FrankfurterClient:
         deadline = own if deadline is None else min(own, deadline)
         last = "no attempt made"
         attempt = 0
+        limited = False
         while attempt < self.max_attempts:
             remaining = deadline - self.clock()
             if remaining <= 0:
@@ -253,6 +291,7 @@ class FrankfurterClient:
                 break
             attempt += 1
             wait: float | None = None
+            limited = False  # was this attempt's failure a 429?
             timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
             try:
                 resp = self.session.get(url, headers=self._headers(url), timeout=timeout)
@@ -280,7 +319,7 @@ class FrankfurterClient:
                             f"{url} is rate limited (429) and asks to wait {wait:g}s, longer "
                             f"than the {self.max_retry_after:g}s we wait inside one event; the "
                             f"next scheduled refresh asks again", status=429)
-                    last = "rate limited (429)"
+                    last, limited = "rate limited (429)", True
                 elif resp.status_code >= 500:
                     last = f"server error {resp.status_code}"
                 else:
@@ -300,6 +339,10 @@ class FrankfurterClient:
             log.info("%s: %s (attempt %d of %d), retrying in %.2fs",
                      url, last, attempt, self.max_attempts, wait)
             self.sleep(wait)
+        if limited:  # the provider is reachable and answering, only not to us for now
+            raise ProviderRateLimited(
+                f"{url}: {last}, after {attempt} attempt(s) (the provider is reachable but "
+                "refuses more requests for now)", status=429, transient=True)
         raise ProviderUnavailable(f"{url}: {last}, after {attempt} attempt(s) (is the provider "
                                   "reachable from the cluster?)")
 

@@ -376,6 +376,116 @@ def test_a_refresh_answer_without_a_currency_fails_only_that_rate_with_one_reque
     assert "without a rate for CAD" in condition["message"]
 
 
+@pytest.mark.parametrize(("usd", "problem"), [("-1.5", "a non-positive rate for USD: -1.5"),
+                                               ("1e400", "out of the range of a 64-bit float")])
+def test_a_bad_rate_in_a_refresh_answer_fails_only_that_currency_and_the_others_are_written(
+        requests_mock: rm.Mocker, usd: str, problem: str) -> None:
+    world = World([exchange_rate("usd", "USD"), exchange_rate("cad", "CAD"),
+                   exchange_rate("jpy", "JPY")])
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812",
+                                                      CAD="1.4521", JPY="166.12"))
+    refresh(world)
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", USD=usd,
+                                                      CAD="1.4600", JPY="170.01"))
+    refresh(world)
+    assert requests_mock.call_count == 2
+    assert configmap(world, "cad")["data"]["rate"] == "1.4600"  # type: ignore[index]
+    assert configmap(world, "jpy")["data"]["rate"] == "170.01"  # type: ignore[index]
+    assert ready(world, "jpy")["status"] == "True"
+    assert configmap(world, "usd")["data"]["rate"] == "1.0812"  # type: ignore[index]
+    assert cr(world, "usd")["status"]["rate"] == "1.0812"
+    condition = ready(world, "usd")
+    assert (condition["status"], condition["reason"]) == ("False", "MalformedAnswer")
+    assert problem in condition["message"]
+
+
+def test_an_answer_published_before_the_rate_held_never_overwrites_it(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", JPY="170.01"))
+    world = World()
+    added(world, exchange_rate("er", "JPY"))
+    written = configmap(world, "er")
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-10-01", JPY="150.00"))
+    refresh(world)
+    assert configmap(world, "er") == written
+    status = cr(world, "er")["status"]
+    assert (status["rate"], status["date"]) == ("170.01", "2026-11-25")
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("True", "StaleAnswer")
+    assert "150.00 on 2026-10-01" in condition["message"]
+    assert "170.01 JPY on 2026-11-25 kept" in condition["message"]
+    assert warnings(world, "er") == ["StaleAnswer"]
+    refresh(world)
+    assert warnings(world, "er") == ["StaleAnswer"], "a stale answer again posts nothing new"
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-26", JPY="171.50"))
+    refresh(world)
+    assert configmap(world, "er")["data"]["rate"] == "171.50"  # type: ignore[index]
+    assert ready(world, "er")["reason"] == "RateFetched"
+
+
+def test_while_answers_are_stale_a_deleted_configmap_gets_the_held_rate_back(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", JPY="170.01"))
+    world = World()
+    added(world, exchange_rate("er", "JPY"))
+    written = configmap(world, "er")
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-10-01", JPY="150.00"))
+    world.delete("v1/ConfigMap", "er", NAMESPACE)
+    world.changed(rates, written)
+    back = configmap(world, "er")
+    assert back is not None and back["data"] == written["data"]  # type: ignore[index]
+    assert ready(world, "er")["reason"] == "StaleAnswer"
+
+
+def test_a_configmap_that_lost_its_owner_reference_but_has_our_labels_is_adopted_again(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    stored = added(world, exchange_rate("exchange-rate-usd", "USD"))
+    cm = configmap(world, "exchange-rate-usd")
+    assert cm is not None
+    world.put({**cm, "metadata": {k: v for k, v in cm["metadata"].items()
+                                  if k != "ownerReferences"}})
+    refresh(world)
+    again = configmap(world, "exchange-rate-usd")
+    assert again is not None and again["data"]["rate"] == "1.0812"
+    assert [r["uid"] for r in again["metadata"]["ownerReferences"]] == [
+        stored["metadata"]["uid"]]
+    assert ready(world, "exchange-rate-usd")["status"] == "True"
+
+
+@pytest.mark.parametrize("labels", [
+    {"app.kubernetes.io/managed-by": "eventop"},
+    {"app.kubernetes.io/name": "exchange-rate", "app.kubernetes.io/instance": "other",
+     "app.kubernetes.io/component": "rates", "app.kubernetes.io/managed-by": "eventop"},
+])
+def test_a_configmap_without_all_our_labels_for_this_name_stays_a_conflict(
+        requests_mock: rm.Mocker, labels: dict[str, str]) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    foreign = world.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "er", "namespace": NAMESPACE, "labels": labels}, "data": {"rate": "42"}})
+    added(world, exchange_rate("er", "USD"))
+    assert configmap(world, "er") == foreign
+    assert ready(world, "er")["reason"] == "ConfigMapConflict"
+    assert configmap_writes(world) == []
+
+
+def test_a_configmap_with_our_labels_that_another_controller_owns_stays_a_conflict(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    labels = {"app.kubernetes.io/name": "exchange-rate", "app.kubernetes.io/instance": "er",
+              "app.kubernetes.io/component": "rates", "app.kubernetes.io/managed-by": "eventop"}
+    theirs = world.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "er", "namespace": NAMESPACE, "labels": labels, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "u-x",
+            "controller": True}]}, "data": {"rate": "42"}})
+    added(world, exchange_rate("er", "USD"))
+    assert configmap(world, "er") == theirs
+    assert ready(world, "er")["reason"] == "ConfigMapConflict"
+
+
 def test_a_refresh_reports_invalid_specs_and_asks_only_for_the_valid(
         requests_mock: rm.Mocker) -> None:
     world = World([exchange_rate("usd", "USD"), exchange_rate("same", "USD", base="USD")])
@@ -401,3 +511,15 @@ def test_a_name_longer_than_a_label_value_still_gets_its_configmap(
     assert cm is not None and cm["data"]["rate"] == "1.08120"
     instance = cm["metadata"]["labels"]["app.kubernetes.io/instance"]
     assert len(instance) <= 63 and instance.startswith("exchange-rate-usd-")
+
+
+def test_429s_that_outlast_the_retries_are_reported_as_rate_limiting_not_an_outage(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=429, headers={"Retry-After": "0"})
+    world = World()
+    [result] = world.changed(rates, world.put(exchange_rate("er", "USD")))
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("False", "ProviderRateLimited")
+    assert "rate limited (429)" in condition["message"]
+    assert "reachable from the cluster" not in condition["message"]
+    assert result.requeue_after == RETRY_UNFILLED_SECONDS  # no rate yet: asked again soon

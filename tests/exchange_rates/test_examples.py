@@ -60,3 +60,17 @@ def test_crd_defaults_base_to_eur_and_shows_the_rate() -> None:
     assert columns["Rate"] == ".status.rate"
     assert columns["Date"] == ".status.date"
     assert crd["spec"]["names"]["shortNames"] == ["er"]
+
+
+def test_printer_columns_show_the_currency_and_base_of_the_rate_shown() -> None:
+    """After a spec change during an outage status still holds the old pair's rate: the
+    default columns must name that pair, not the spec's (shown only with ``-o wide``)."""
+    crd = load_crd("exchangerates.yaml")
+    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Rate"]["jsonPath"] == ".status.rate"
+    assert columns["Currency"]["jsonPath"] == ".status.currency"
+    assert columns["Base"]["jsonPath"] == ".status.base"
+    status = crd_schema()["properties"]["status"]["properties"]
+    assert {"currency", "base", "rate", "date"} <= set(status)
+    wide = {c["jsonPath"] for c in columns.values() if c.get("priority", 0) > 0}
+    assert wide == {".spec.currency", ".spec.base"}

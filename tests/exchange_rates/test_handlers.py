@@ -203,6 +203,23 @@ def test_foreign_configmap_of_the_same_name_is_left_alone(
     assert configmap(local_kube, "er") == foreign
 
 
+def test_an_exchange_rate_held_back_by_a_foreign_configmap_writes_its_own_once_it_is_gone(
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    """ConfigMapConflict says "delete or rename it". Its deletion maps to no ExchangeRate
+    (nobody owns it), so the rate stayed missing until the hourly refresh (found on a real
+    API server); the engine now runs the ExchangeRate again when that ConfigMap goes."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    foreign = local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "er", "namespace": NAMESPACE},
+                              "data": {"rate": "42"}})
+    add(router, local_kube, exchange_rate("er", "USD"))
+    assert ready(cr(local_kube, "er"))["reason"] == "ConfigMapConflict"
+    local_kube.remove("v1", "ConfigMap", "er", NAMESPACE)
+    assert_ok(dispatch(router, Event.for_object("delete", foreign)))
+    assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"
+    assert ready(cr(local_kube, "er"))["status"] == "True"
+
+
 def test_delete_leaves_nothing_and_is_idempotent(
         router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
@@ -292,3 +309,25 @@ def test_configmap_of_an_earlier_exchange_rate_of_that_name_is_taken_over(
     assert [(r["name"], r["uid"]) for r in cm["metadata"]["ownerReferences"]] == [
         ("keeper", "u-keeper"), ("exchange-rate-usd", stored["metadata"]["uid"])]
     assert ready(cr(local_kube, "exchange-rate-usd"))["status"] == "True"
+
+
+def test_own_configmap_whose_owner_reference_was_removed_is_adopted_again_at_once(
+        router: Router, local_kube: Any, requests_mock: rm.Mocker) -> None:
+    """``kubectl patch cm ... remove /metadata/ownerReferences``: the ConfigMap still carries
+    eventop's labels for this ExchangeRate, so its change brings the ExchangeRate's run,
+    which takes it back (no ConfigMapConflict)."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08120"))
+    stored = add(router, local_kube, exchange_rate("exchange-rate-usd", "USD"))
+    cm = configmap(local_kube, "exchange-rate-usd")
+    assert cm is not None
+    orphan = local_kube.put({**cm, "metadata": {k: v for k, v in cm["metadata"].items()
+                                                if k != "ownerReferences"}})
+    assert not orphan["metadata"].get("ownerReferences")
+    assert_ok(dispatch(router, Event.for_object("update", orphan)))
+
+    cm = configmap(local_kube, "exchange-rate-usd")
+    assert [r["uid"] for r in cm["metadata"]["ownerReferences"]] == [stored["metadata"]["uid"]]
+    assert cm["data"]["rate"] == "1.08120"
+    condition = ready(cr(local_kube, "exchange-rate-usd"))
+    assert (condition["status"], condition["reason"]) == ("True", "RateFetched")
+    assert warnings(local_kube, "exchange-rate-usd") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -87,9 +88,6 @@ def test_missing_currency_in_answer_is_malformed(client: FrankfurterClient,
     (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":[]}', "without a 'rates'"),
     (b'{"amount":1.0,"base":"USD","date":"2026-11-20","rates":{"USD":1}}', "base 'USD'"),
     (b'{"amount":1.0,"base":"EUR","rates":{"USD":1.08}}', "YYYY-MM-DD"),
-    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":"1.08"}}',
-     "not a number"),
-    (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":0}}', "non-positive"),
     (b'{"amount":1.0,"base":"EUR","date":"2026-11-20","rates":{"USD":NaN}}',
      "did not answer JSON"),
     (b'{"amount":100,"base":"EUR","date":"2026-11-20","rates":{"USD":108.12}}',
@@ -104,6 +102,37 @@ def test_malformed_answers_fail_clearly_without_retry(client: FrankfurterClient,
     assert err.value.reason == "MalformedAnswer"
     assert not err.value.transient
     assert requests_mock.call_count == 1
+
+
+@pytest.mark.parametrize(("usd", "expected"), [
+    ('"1.08"', "sent a rate that is not a number for USD: '1.08'"),
+    ("0", "sent a non-positive rate for USD: 0"),
+    ("-1.5", "sent a non-positive rate for USD: -1.5"),
+    ("null", "sent a rate that is not a number for USD: None"),
+    ("1e400", "sent a rate out of the range of a 64-bit float for USD: 1e400"),
+    ("1E-400", "sent a rate out of the range of a 64-bit float for USD: 1E-400"),
+])
+def test_a_bad_rate_fails_only_its_own_currency(client: FrankfurterClient,
+                                                requests_mock: rm.Mocker, usd: str,
+                                                expected: str) -> None:
+    body = ('{"amount":1.0,"base":"EUR","date":"2026-11-20",'
+            f'"rates":{{"CAD":1.4521,"USD":{usd},"JPY":170.01}}}}').encode()
+    requests_mock.get(latest_url(to="CAD,JPY,USD"), content=body)
+    quote = client.latest("EUR", ["CAD", "JPY", "USD"])
+    assert (quote.rate("CAD"), quote.rate("JPY")) == ("1.4521", "170.01")
+    with pytest.raises(MalformedAnswer, match=re.escape(expected)) as err:
+        quote.rate("USD")
+    assert err.value.reason == "MalformedAnswer"
+    assert "USD" not in quote.rates
+    assert requests_mock.call_count == 1
+
+
+@pytest.mark.parametrize("huge", ["1e400", "1.7976931348623159e308", "-1e400"])
+def test_a_rate_beyond_a_float_is_never_handed_out(huge: str) -> None:
+    body = f'{{"base":"EUR","date":"2026-11-20","rates":{{"USD":{huge}}}}}'.encode()
+    quote = parse_answer(body, "EUR", BASE_URL, "2026-11-20T16:00:00Z")
+    with pytest.raises(MalformedAnswer, match="for USD"):
+        quote.rate("USD")
 
 
 @pytest.mark.parametrize(("status", "message"), [
@@ -226,10 +255,31 @@ def test_429_asking_for_too_long_a_wait_gives_up_without_waiting(
 def test_429_without_retry_after_uses_backoff(client: FrankfurterClient,
                                               requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
     requests_mock.get(latest_url(), status_code=429)
-    with pytest.raises(ProviderUnavailable, match="rate limited"):
+    with pytest.raises(ProviderRateLimited, match="rate limited"):
         client.latest("EUR", ["USD"])
     assert requests_mock.call_count == 4
     assert len(sleeps) == 3
+
+
+def test_429s_with_short_retry_after_that_never_clear_are_reported_as_rate_limited(
+        client: FrankfurterClient, requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    requests_mock.get(latest_url(), status_code=429, headers={"Retry-After": "2"})
+    with pytest.raises(ProviderRateLimited) as err:
+        client.latest("EUR", ["USD"])
+    assert err.value.reason == "ProviderRateLimited"
+    assert err.value.status == 429
+    assert "rate limited (429), after 4 attempt(s)" in err.value.message
+    assert "reachable from the cluster" not in err.value.message
+    assert err.value.transient  # it asked for short waits: asking again soon is fair
+    assert sleeps == [2.0, 2.0, 2.0]
+
+
+def test_a_429_before_a_final_server_error_is_an_outage_not_rate_limiting(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), [{"status_code": 429, "headers": {"Retry-After": "1"}},
+                                     {"status_code": 503}])
+    with pytest.raises(ProviderUnavailable, match="server error 503"):
+        client.latest("EUR", ["USD"])
 
 
 def test_retries_stop_when_the_time_budget_would_run_out(requests_mock: rm.Mocker) -> None:
@@ -243,7 +293,7 @@ def test_retries_stop_when_the_time_budget_would_run_out(requests_mock: rm.Mocke
     client = FrankfurterClient(BASE_URL, max_attempts=10, max_retry_after=10, budget=5.0,
                                sleep=sleep, clock=lambda: now[0])
     requests_mock.get(latest_url(), status_code=429, headers={"Retry-After": "2"})
-    with pytest.raises(ProviderUnavailable, match="out of time before the next attempt"):
+    with pytest.raises(ProviderRateLimited, match="out of time before the next attempt"):
         client.latest("EUR", ["USD"])
     assert waits == [2.0, 2.0]
     assert requests_mock.call_count == 3

@@ -234,7 +234,9 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
             fields = {**info, "handlers": handler_names or [], "outcome": outcome,
                       "status": status, "duration_ms": duration_ms}
             if results:
-                fields["results"] = results
+                fields["results"], more = logs.folded(results, logs.FIELD_RESULTS)
+                if more:
+                    fields["results_left_out"] = more
             if error:
                 fields["error"] = error
             logs.log_fields(log, level,

@@ -99,16 +99,38 @@ def event_message(info: dict[str, Any], status: int, duration_ms: float,
     about = (" ".join([p for p in (change, info.get("kind"), name) if p])
              or " ".join([p for p in ("event", info.get("id")) if p]))
     if results:
+        shown, more = folded(results, MESSAGE_RESULTS)
         said = "; ".join([
             f"{_short(r['handler'])}: "
             + ((r["detail"] or "done") if r["outcome"] == "ok" else f"FAILED: {r['detail']}")
-            for r in results])
+            for r in shown])
+        if more:
+            failed = sum(1 for r in results if r["outcome"] != "ok")
+            said += (f"; and {more} more ({len(results) - failed} ok, {failed} failed in "
+                     "all; the event's answer lists each)")
     elif error:
         said = error
     else:
         said = "no handler wants it"
     return f"{about}: {said} ({status} in {duration_ms:g} ms)"
 
+
+
+#: Results spelt out in the per-event message, and kept in its ``results`` field: an event
+#: that runs many keys (a rates refresh of every ExchangeRate, a namespace for every
+#: CopyRule) would otherwise write one line of many kilobytes, the same failure repeated
+#: per key, and lines over PIPE_BUF are no longer written whole beside other workers'.
+MESSAGE_RESULTS = 5
+FIELD_RESULTS = 20
+
+
+def folded(results: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """The first ``limit`` results, failures first (what a reader looks for), and how many
+    were left out."""
+    if len(results) <= limit:
+        return results, 0
+    ordered = sorted(results, key=lambda r: r["outcome"] == "ok")  # stable: keeps the order
+    return ordered[:limit], len(results) - limit
 
 
 def _short(handler: str) -> str:

@@ -289,3 +289,24 @@ def test_logging_setup_leaves_configured_logging_alone_unless_forced(
     assert isinstance(ours.formatter, JsonFormatter) and not logger.propagate
     logs.configure(force=True)
     assert logger.handlers == [ours]  # idempotent
+
+
+def test_an_event_that_ran_many_keys_is_one_short_line_failures_first() -> None:
+    """A rates refresh with the provider down failed 23 ExchangeRates and wrote one 7 KB
+    line repeating the same failure per key (a reviewer's report): the message spells out
+    a few, failures first, and counts the rest; the field keeps at most FIELD_RESULTS."""
+    from eventop.router import logs
+
+    results = [{"handler": "exchange-rates", "outcome": "ok", "detail": f"ns/er-{i}: written"}
+               for i in range(30)]
+    results[17] = {"handler": "exchange-rates", "outcome": "error",
+                   "detail": "ns/er-17: ProviderUnavailable"}
+    info = {"type": "dev.eventop.exchangerates.refresh", "id": "r1"}
+    message = logs.event_message(info, 500, 40000.0, results)
+    assert message.startswith("dev.eventop.exchangerates.refresh: exchange-rates: FAILED: "
+                              "ns/er-17: ProviderUnavailable; exchange-rates: ns/er-0: written")
+    assert message.endswith("; and 25 more (29 ok, 1 failed in all; the event's answer "
+                            "lists each) (500 in 40000 ms)")
+    shown, more = logs.folded(results, logs.FIELD_RESULTS)
+    assert (len(shown), more, shown[0]["outcome"]) == (logs.FIELD_RESULTS, 10, "error")
+    assert logs.folded(results[:3], 5) == (results[:3], 0)

@@ -150,11 +150,14 @@ def status_changed(old: Obj, new: Obj) -> bool:
 
 
 def is_terminating(namespace: Obj | None) -> bool:
-    """A Namespace being deleted (nothing can be created in it any more)."""
-    if not namespace:
+    """A Namespace being deleted (nothing can be created in it any more). Also asked of an
+    event's body, which a sender may have shaped wrongly (``status: 0``): not a mapping
+    where one belongs reads as not terminating, never as a crash of the event."""
+    if not isinstance(namespace, dict):
         return False
-    return bool((namespace.get("metadata") or {}).get("deletionTimestamp")
-                or (namespace.get("status") or {}).get("phase") == "Terminating")
+    meta, status = namespace.get("metadata"), namespace.get("status")
+    return bool((isinstance(meta, dict) and meta.get("deletionTimestamp"))
+                or (isinstance(status, dict) and status.get("phase") == "Terminating"))
 
 
 def name_selector(name: str) -> str:

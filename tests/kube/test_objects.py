@@ -61,3 +61,14 @@ def test_get_condition_finds_by_type_and_is_none_when_absent():
     assert get_condition({"conditions": conditions}, "Degraded")["reason"] == "Fine"
     assert get_condition({"conditions": conditions}, "Stalled") is None
     assert get_condition(None, "Ready") is None
+
+
+def test_a_namespace_of_the_wrong_shape_is_not_terminating_and_no_crash() -> None:
+    """An event body with ``status: 0`` crashed a mapping into a 500 (the hostile-input
+    property test found it); it reads as not terminating, as Kubernetes would not send it."""
+    from eventop.kube.objects import is_terminating
+
+    for shape in (0, None, "x", {"status": 0}, {"metadata": []}, {"status": {"phase": 1}}):
+        assert not is_terminating(shape)  # type: ignore[arg-type]
+    assert is_terminating({"status": {"phase": "Terminating"}})
+    assert is_terminating({"metadata": {"deletionTimestamp": "2026-11-29T07:00:00Z"}})

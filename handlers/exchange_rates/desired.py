@@ -245,6 +245,9 @@ def failed(cr: Obj, reason: str, message: str, now: str, *, retry: bool = False,
     children = [Child(keep, mode="replace", matches=same_values)] if keep else []
     return Desired(children, prune=False, status=failed_status(cr, reason, message, now),
                    blocked_by=[blocked_by] if blocked_by else [],
+                   # (it says what the provider did, not what the written ConfigMap holds: a
+                   # write-back needs no run after it, which would ask the provider again)
+                   status_seen_before_writes=False,
                    events=[failure_note(reason, message)],
                    requeue_after=RETRY_UNFILLED_SECONDS if retry else None,
                    summary=f"ExchangeRate {_name(cr)}: {reason}: {message}")
@@ -272,7 +275,7 @@ def stale(cr: Obj, cm: Obj | None, answer: Quote, held: Quote) -> Desired:
     meta = cr["metadata"]
     kept = _kept(cr, cm)
     return Desired([Child(kept, mode="replace", matches=same_values)] if kept else [],
-                   prune=False, status={
+                   prune=False, status_seen_before_writes=False, status={
                        "observedGeneration": meta.get("generation"),
                        "conditions": set_condition(
                            (cr.get("status") or {}).get("conditions"), "Ready", True, STALE,

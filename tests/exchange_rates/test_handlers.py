@@ -9,6 +9,7 @@ import requests_mock as rm
 
 from demo.provider import answer
 from eventop.handlers.events import Event
+from eventop.testing.waiting import wait_until
 from tests.exchange_rates.support import (
     BASE_URL,
     ER,
@@ -138,6 +139,25 @@ def test_deleted_configmap_is_restored_on_the_next_event(
     local_kube.remove("v1", "ConfigMap", "er", NAMESPACE)
     assert_ok(dispatch(router, Event.for_object("delete", last_state)))  # type: ignore[arg-type]
     assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+
+
+def test_a_configmap_edited_during_an_outage_is_written_back_after_one_fetch_not_two(
+        router: Router, local_kube: Any, requests_mock: rm.Mocker,
+        rates_client: Any) -> None:
+    """The write-back's status is about the provider, not about the ConfigMap written, so
+    no run follows the write to look at it: that run asked the provider again, 8 requests
+    for one hand edit instead of 4 (a reviewer's count on a real API server)."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    add(router, local_kube, exchange_rate("er", "USD"))
+    requests_mock.get(base_url("EUR"), status_code=500)
+    before = requests_mock.call_count
+    cm = configmap(local_kube, "er")
+    edited = local_kube.put({**cm, "data": {**cm["data"], "rate": "7"}})  # type: ignore[index]
+    assert_ok(dispatch(router, Event.for_object("update", edited)))
+    assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
+    # a run after the write would start once the cache holds it: wait until nothing runs
+    assert wait_until(router.engine.queue.idle, 10)
+    assert requests_mock.call_count - before == rates_client.max_attempts
 
 
 def test_same_base_and_currency_is_reported_without_asking_the_provider(

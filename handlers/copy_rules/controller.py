@@ -23,12 +23,15 @@ from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Read
 from eventop.handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
+    RULE_LABEL,
     SOURCE_ANNOTATION,
     SpecError,
     adoptable,
     desired_copies,
     in_sync,
+    is_copy,
     is_source,
+    label_value,
     may_target,
     needs_recreate,
     rule_kind,
@@ -80,7 +83,7 @@ def copies(rule: Obj, reads: Reads) -> Desired:
     found = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
     missing = _missing_namespaces(rule, {n["metadata"]["name"] for n in targets})
     return Desired(children, status=lambda outcome: rule_status(rule, found, outcome, missing),
-                   events=lambda outcome: _notes(rule, kind, outcome))
+                   events=lambda outcome: _notes(rule, kind, outcome, reads))
 
 
 @rules.adopts
@@ -182,15 +185,27 @@ def rule_status(rule: Obj, sources: int, outcome: Outcome, missing: Sequence[str
     return status
 
 
-def _notes(rule: Obj, kind: str, outcome: Outcome) -> Iterable[Note]:
+def _conflict_message(kind: str, slot: str, rule: str, reads: Reads) -> str:
+    """What is at the copy's name, and the way out: another rule's copy is not to be
+    deleted (its rule would make it again, the two taking turns), but one rule narrowed."""
+    namespace, _, name = slot.rpartition("/")
+    there = reads.get(("v1", kind), name, namespace or None)
+    other = ((there or {}).get("metadata") or {}).get("labels", {}).get(RULE_LABEL)
+    if there is not None and is_copy(there) and other and other != label_value(rule):
+        return (f"{kind} {slot} is a copy made by CopyRule {other}, which copies a source of "
+                f"that name there too: left unchanged. Narrow one of the two rules (its "
+                "selector or targetNamespaces) so that only one copies it there.")
+    return (f"{kind} {slot} exists and is not managed by CopyRule {rule}: left unchanged. "
+            "Delete or rename it to let the rule create its copy there.")
+
+
+def _notes(rule: Obj, kind: str, outcome: Outcome, reads: Reads) -> Iterable[Note]:
     """A Warning per conflict not in the status yet (a few, then one summary): posted with
     the status change that lists it, so a lasting conflict does not post one per resync."""
     known = set((rule.get("status") or {}).get("conflictList") or [])
     newly = sorted({str(c) for c in outcome.conflicts} - known)
     name = rule["metadata"]["name"]
-    notes = [Note("Warning", "CopyConflict",
-                  f"{kind} {slot} exists and is not managed by CopyRule {name}: left "
-                  "unchanged. Delete or rename it to let the rule create its copy there.")
+    notes = [Note("Warning", "CopyConflict", _conflict_message(kind, slot, name, reads))
              for slot in newly[:MAX_WARNING_EVENTS]]
     if len(newly) > MAX_WARNING_EVENTS:
         notes.append(Note("Warning", "CopyConflict",

@@ -337,3 +337,21 @@ def test_a_namespace_named_in_the_rule_that_does_not_exist_is_named_in_its_statu
     world.reconcile(rules, "main-rule")
     (ready,) = world.get("eventop.dev/v1/CopyRule", "main-rule")["status"]["conditions"]
     assert ready["message"] == "1 copies of 1 sources in sync"
+
+
+def test_a_conflict_with_another_rules_copy_says_to_narrow_a_rule_not_to_delete_it() -> None:
+    """Deleting the other rule's copy, as the Warning advised, only started a race between
+    the two rules (a reviewer's report)."""
+    first, second = rule("first", uid="first-uid"), rule("second", uid="second-uid")
+    world = World([first, second, ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "first")
+    world.reconcile(rules, "second")
+    (note,) = [n for name, n in world.events if n.reason == "CopyConflict"]
+    assert note.message.startswith("ConfigMap team-a/registry-config is a copy made by "
+                                   "CopyRule first, which copies a source of that name")
+    assert "Narrow one of the two rules" in note.message
+    world = World([first, ns("default"), ns("team-a"), cm("registry-config"),
+                   cm("registry-config", namespace="team-a", labels={})])
+    world.reconcile(rules, "first")
+    (note,) = [n for name, n in world.events if n.reason == "CopyConflict"]
+    assert "Delete or rename it" in note.message

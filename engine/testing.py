@@ -281,8 +281,11 @@ class _WorldWriter:
 
 
 def _merge(base: Obj, patch: Obj) -> Obj:
+    """A JSON merge patch (RFC 7386), as the API server applies one: null removes a key."""
     for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
+        if value is None:
+            base.pop(key, None)
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = _merge(base[key], value)
         else:
             base[key] = value

@@ -13,6 +13,10 @@ gathers the children from the cache and hands the plan over:
 * Jobs are created once, never updated (their pod template is immutable);
 * data volumes are made by the StatefulSets and labelled with the Database's uid through the
   volume claim template, so the deletion policy can delete exactly these;
+* the PersistentVolumes bound to its claims are patched (reclaim policy, see
+  :mod:`~eventop.handlers.databases.volumes`), never owned: found by the claims'
+  ``volumeName`` while it lives, by their ``claimRef`` (a scan) once it or its namespace is
+  being deleted and the claims may be gone;
 * the snapshot API is optional: without it, deletion takes a final backup, and readiness
   never waits for it.
 """
@@ -24,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
-from eventop.handlers.databases import deletion, lifecycle
+from eventop.handlers.databases import lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
 from eventop.handlers.databases.observe import Observed, bound_volumes
@@ -63,8 +67,9 @@ databases = Controller(
     owns=["v1/Secret", "v1/ConfigMap", _ours("v1/Service"), _ours("v1/PersistentVolumeClaim"),
           _ours("apps/v1/StatefulSet"), _ours("batch/v1/Job"), _ours("batch/v1/CronJob"),
           SNAPSHOT],
-    # A namespace being deleted takes the data volumes with it, and nothing can be created
-    # in it (no snapshot, no backup Job): their PersistentVolumes are set to Retain instead.
+    # A claim's deletion (a namespace's, which takes them all, even while no router runs)
+    # reclaims its volume: the PersistentVolumes whose data must outlive it are set to
+    # Retain while the Database lives (see volumes).
     reads=["v1/Namespace", "v1/PersistentVolume"],
     finalizer=FINALIZER,
     registry=registry,
@@ -84,6 +89,17 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
                 "app.kubernetes.io/name": APP_NAME, MANAGED_BY_LABEL: MANAGED_BY}
     names = Names.of(meta["name"])
     terminating = is_terminating(reads.get("v1/Namespace", ns))
+    data_pvcs = reads.list("v1/PersistentVolumeClaim", ns, labels={
+        **instance, "app.kubernetes.io/component": "server"})
+    backup_pvc = reads.get("v1/PersistentVolumeClaim", names.backup_pvc, ns)
+    if meta.get("deletionTimestamp") or terminating:
+        # by their claimRef: found even once the claims are gone (a scan of every
+        # PersistentVolume, made only by a deletion)
+        volumes = reads.list("v1/PersistentVolume")
+    else:  # a live Database's: by the names its bound claims give (volumes.patches)
+        volumes = [pv for pv in (reads.get("v1/PersistentVolume", name) for name in sorted({
+            str(pvc["spec"]["volumeName"]) for pvc in [*data_pvcs, backup_pvc]
+            if pvc and (pvc.get("spec") or {}).get("volumeName")})) if pv is not None]
     return Observed(
         now=now or datetime.now(UTC),
         secret=reads.get("v1/Secret", names.secret, ns),
@@ -91,14 +107,11 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         # the CronJob's Jobs are owned by the CronJob: found by their labels
         jobs=reads.list("batch/v1/Job", ns, labels=instance),
         cronjob=next(iter(reads.children("batch/v1/CronJob")), None),
-        data_pvcs=reads.list("v1/PersistentVolumeClaim", ns, labels={
-            **instance, "app.kubernetes.io/component": "server"}),
-        backup_pvc=reads.get("v1/PersistentVolumeClaim", names.backup_pvc, ns),
+        data_pvcs=data_pvcs,
+        backup_pvc=backup_pvc,
         snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
         else None,
-        # only a deletion looks at them: not a scan of every PersistentVolume per run
-        volumes=bound_volumes(reads.list("v1/PersistentVolume"), ns, names)
-        if meta.get("deletionTimestamp") or terminating else [],
+        volumes=bound_volumes(volumes, ns, names),
         namespace_terminating=terminating,
     )
 
@@ -119,8 +132,8 @@ def desired(result: Plan, observed: Observed, db: Obj) -> Desired:
         events=[Note(kind, reason, message, every_run=reason in lifecycle.ACTION_EVENTS)
                 for kind, reason, message in result.events],
         delete=list(result.deletions),
-        # (a live Database's too, in a namespace being deleted: see deletion.retain_volumes)
-        patch=list(result.patches) or deletion.retain_volumes(db, observed),
+        # its PersistentVolumes' reclaim policy (see volumes): a live Database's too
+        patch=list(result.patches),
         requeue_after=result.requeue_after, done=result.finalize)
 
 
@@ -189,7 +202,8 @@ def database_of(obj: Obj, reads: Reads) -> list[Obj]:
 @databases.maps("v1/Namespace")
 def databases_of_deleted_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
     """A namespace being deleted: its Databases, at once (their volumes, see
-    deletion.retain_volumes); any other namespace change concerns none."""
+    deletion.retain_volumes, mostly set to Retain already while they lived); any other
+    namespace change concerns none."""
     if not is_terminating(namespace):
         return []
     return reads.list(f"{API_VERSION}/{KIND}", namespace["metadata"]["name"])

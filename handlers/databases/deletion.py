@@ -22,13 +22,24 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
   failed or timed-out backup (the Job's deadline) is reported the same way.
 * Its **namespace being deleted**: the namespace controller deletes the volumes' claims
   with everything else, and the API server creates nothing in a terminating namespace: no
-  snapshot, no backup Job, not even an Event. What can keep the data is the volumes
-  themselves: each volume's PersistentVolume (found by its ``claimRef``, so even once its
-  claim is gone) is set to ``persistentVolumeReclaimPolicy: Retain`` before the Database
-  goes; it then outlives its claim, ``Released``, data and all. The backup volume's under
-  every policy (the backups outlive the Database, as they do outside a terminating
-  namespace); the data volumes' under ``Snapshot`` and ``Retain``, while ``Delete`` then
-  deletes them as usual.
+  snapshot, no backup Job, not even an Event. What keeps the data is the volumes
+  themselves: their PersistentVolumes are ``persistentVolumeReclaimPolicy: Retain``
+  already, set by the runs of the live Database (:mod:`volumes`), so a namespace deleted
+  while no router runs loses nothing either; each then outlives its claim, ``Released``,
+  data and all. The backup volume's under every policy (the backups outlive the Database,
+  as they do outside a terminating namespace); the data volumes' under ``Snapshot`` and
+  ``Retain``, while ``Delete`` then deletes them as usual. A volume not Retain yet (bound
+  since the last run; found by its ``claimRef``, so even once its claim is gone) is set to
+  Retain before the Database goes.
+
+The data volumes' PersistentVolumes get their own reclaim policy back (the one
+:data:`volumes.RECLAIM_ANNOTATION` recorded) when the policy deletes them: under
+``Delete``, and under ``Snapshot`` once the snapshots are ready or the final backup is
+complete, in a step of its own (``RestoringReclaimPolicy``) before the claims are deleted,
+so their deletion reclaims the storage as before. The engine writes a run's patches and
+deletions in parallel: in one run, a claim could be deleted while its volume is still
+Retain, and the volume would stay ``Released`` until the patch reached it (Kubernetes'
+volume controller then reclaims it, but not before). Under ``Retain`` they stay Retain.
 
 Stopping the servers: each StatefulSet is scaled to zero and the handler waits until its
 controller reports no pod left (PostgreSQL shuts down cleanly on the pod's SIGTERM, writing
@@ -50,7 +61,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from eventop.handlers.databases import jobs, lifecycle, observe, status, workload
+from eventop.handlers.databases import jobs, lifecycle, observe, status, volumes, workload
 from eventop.handlers.databases.lifecycle import Plan
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import DatabaseSpec, Names
@@ -89,6 +100,11 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     # final backup (see _final_backup)
     kept = [*([workload.backup_pvc(spec, observed.backup_pvc)] if observed.backup_pvc else []),
             *step.kept]
+    # the reclaim policies of this moment (see volumes): the backup volume's Retain, the
+    # data volumes' too until the policy deletes them; a step's own patches first
+    patches = {p["metadata"]["name"]: p for p in volumes.patches(
+        observed, names, keep_data=spec.deletion_policy != "Delete", releasing=step.releasing)}
+    patches.update({p["metadata"]["name"]: p for p in step.patches})
     deletions = step.deletions
     if observed.secret is not None and lifecycle.is_ours(observed.secret, db):
         if spec.deletion_policy != "Delete":
@@ -96,7 +112,8 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
         elif step.finalize:
             deletions = [*deletions, observed.secret]
     return Plan(children=step.children, status=new, kept=kept, deletions=deletions,
-                patches=step.patches, events=events + step.events, finalize=step.finalize,
+                patches=sorted(patches.values(), key=lambda p: p["metadata"]["name"]),
+                events=events + step.events, finalize=step.finalize,
                 requeue_after=None if step.finalize else step.requeue_after)
 
 
@@ -104,7 +121,7 @@ class _Step:
     def __init__(self, condition: Condition, *, children: list[Obj] | None = None,
                  kept: list[Obj] | None = None, deletions: list[Obj] | None = None,
                  patches: list[Obj] | None = None, finalize: bool = False,
-                 events: list[Event] | None = None,
+                 events: list[Event] | None = None, releasing: bool = False,
                  requeue_after: float | None = POLL) -> None:
         self.condition = condition
         self.children = children or []
@@ -113,6 +130,9 @@ class _Step:
         self.patches = patches or []
         self.finalize = finalize
         self.events = events or []
+        #: the data volumes' claims are about to go (their data kept elsewhere, or the
+        #: policy deletes it): their PersistentVolumes get their own reclaim policy back
+        self.releasing = releasing
         self.requeue_after = requeue_after
 
 
@@ -131,10 +151,10 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         if policy != "Delete" or not keeping.finalize:
             return keeping  # (under Delete, once the backup volume is kept: deleted as usual)
     if policy == "Retain":
-        volumes = ", ".join(observe.pvc_names(observed)) or "none"
-        return _Step(("True", "Retained", f"data volumes kept: {volumes}"), finalize=True,
+        listed = ", ".join(observe.pvc_names(observed)) or "none"
+        return _Step(("True", "Retained", f"data volumes kept: {listed}"), finalize=True,
                      events=[("Normal", "DataRetained",
-                              f"data volumes ({volumes}) and Secret {facts.secret} kept")])
+                              f"data volumes ({listed}) and Secret {facts.secret} kept")])
     done: list[Obj] = []  # the completed final backup Job, kept until the end (its record)
     if policy == "Snapshot" and observed.snapshots is None:
         backup = _final_backup(spec, observed, running, facts)
@@ -153,7 +173,21 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         if not snapshots.finalize:
             snapshots.deletions = stopped
             return snapshots
+    names = Names.of(spec.name)
+    pending = volumes.to_give_back(observed, names)
+    if pending:
+        # before the claims go: a claim deleted in the same run could be reclaimed by its
+        # volume's Retain (the engine writes a run's patches and deletions in parallel)
+        given = ", ".join(p["metadata"]["name"] for p in pending)
+        giving = _Step(("True", "RestoringReclaimPolicy",
+                        f"giving the data volumes' PersistentVolumes ({given}) their own "
+                        "reclaim policy back before their claims are deleted"),
+                       children=done, deletions=stopped, patches=pending, releasing=True,
+                       kept=snapshots.kept if snapshots is not None else None,
+                       requeue_after=lifecycle.UNSEEN_VOLUME_RECHECK)
+        return giving
     step = _delete_volumes(observed, policy)
+    step.releasing = True
     step.children = done
     step.deletions = stopped + step.deletions
     if snapshots is not None:  # all ready: the volumes go, and the Event says where the data is
@@ -161,7 +195,6 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         step.kept = snapshots.kept
         step.events = snapshots.events + step.events
     if done:  # the snapshot policy kept by a final backup: say where, as Snapshotted does
-        names = Names.of(spec.name)
         step.events.append(("Normal", "FinalBackupKept",
                             f"data kept in PersistentVolumeClaim {names.backup_pvc} (final "
                             f"backup Job {names.final_backup_job}); data volumes deleted: "
@@ -174,10 +207,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     return step
 
 
-def _keeps_data(db: Obj) -> bool:
-    """Whether the data volumes are kept when the namespace goes: unless ``deletionPolicy``
-    is Delete (read as written: a spec invalid in another field must not lose them)."""
-    return (db.get("spec") or {}).get("deletionPolicy", "Snapshot") != "Delete"
+_keeps_data = volumes.keeps_data  # (the policy read as written)
 
 
 def _volumes_to_keep(db: Obj, observed: Observed) -> list[Obj]:
@@ -192,16 +222,14 @@ def _volumes_to_keep(db: Obj, observed: Observed) -> list[Obj]:
 def retain_volumes(db: Obj, observed: Observed) -> list[Obj]:
     """In a namespace being deleted: the patches that set the PersistentVolumes of the
     backup volume (under every ``deletionPolicy``) and of the data volumes (unless it is
-    Delete) to reclaim policy Retain. Also made by the runs of a Database not yet deleted
-    itself (the namespace controller deletes everything at once, and a claim no pod uses
-    goes at once): the earlier, the fewer volumes lost."""
+    Delete) to reclaim policy Retain, recording the policy each had (see volumes). Mostly
+    none: the runs of the live Database set them already (a namespace deleted while no
+    router ran takes the claims before any run); what is left is a volume bound since the
+    last run, or one the cache had not seen then."""
     if not observed.namespace_terminating:
         return []
-    return [{"apiVersion": "v1", "kind": "PersistentVolume",
-             "metadata": {"name": pv["metadata"]["name"]},
-             "spec": {"persistentVolumeReclaimPolicy": "Retain"}}
-            for pv in _volumes_to_keep(db, observed)
-            if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Retain"]
+    return [patch for pv in _volumes_to_keep(db, observed)
+            if (patch := volumes.retain(pv)) is not None]
 
 
 def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
@@ -220,7 +248,7 @@ def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
         return _Step(("True", "RetainingVolumes", f"namespace {ns} is being deleted: waiting "
                       f"to see PersistentVolumes {', '.join(unseen)}"), requeue_after=2.0)
     keeping = _volumes_to_keep(db, observed)
-    volumes = ", ".join(pv["metadata"]["name"] for pv in keeping)
+    listed = ", ".join(pv["metadata"]["name"] for pv in keeping)
     which = "data volumes and backup volume" if _keeps_data(db) else "backup volume"
     why = (f"namespace {ns} is being deleted, with the volumes' claims, and nothing can be "
            f"created in it (deletionPolicy {policy}: "
@@ -229,13 +257,13 @@ def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
     patches = retain_volumes(db, observed)
     if patches:
         return _Step(("True", "RetainingVolumes", f"{why}; setting the PersistentVolumes of "
-                      f"the {which} to reclaim policy Retain: {volumes}"),
+                      f"the {which} to reclaim policy Retain: {listed}"),
                      patches=patches)
     if not keeping:
         kept = (f"no PersistentVolume of its {which} was left to keep (none was bound, "
                 "or a claim no pod was using went, and its volume with it, before this run)")
     else:
-        kept = (f"the data stays on PersistentVolumes {volumes} (reclaim policy Retain, "
+        kept = (f"the data stays on PersistentVolumes {listed} (reclaim policy Retain, "
                 "Released once their claims are gone): bind a new claim to one to read it")
     return _Step(("True", "VolumesRetained", f"{why}; {kept}"), finalize=True,
                  events=[("Warning", "NamespaceDeleted", f"{why}; {kept}")])
@@ -322,11 +350,11 @@ def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
 
 
 def _delete_volumes(observed: Observed, policy: str) -> _Step:
-    volumes = _volume_list(observed)
+    listed = _volume_list(observed)
     # (None left: another replica's run deleted them, and said so.)
-    events = ([("Normal", "DataDeleted", f"data volumes deleted: {volumes}")]
+    events = ([("Normal", "DataDeleted", f"data volumes deleted: {listed}")]
               if policy == "Delete" and observed.data_pvcs else [])
-    return _Step(("True", "DeletingVolumes", f"deleting data volumes: {volumes}"),
+    return _Step(("True", "DeletingVolumes", f"deleting data volumes: {listed}"),
                  deletions=list(observed.data_pvcs), finalize=True, events=events)
 
 

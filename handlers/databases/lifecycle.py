@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eventop.engine import PARENT_UID_LABEL
-from eventop.handlers.databases import jobs, observe, status, workload
+from eventop.handlers.databases import jobs, observe, status, volumes, workload
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import (
     DEFAULT_RESOURCES,
@@ -64,8 +64,8 @@ class Plan:
     backup volume, snapshots, and the credentials Secret, which Retain and Snapshot keep:
     the kept data opens with its passwords; Delete deletes it explicitly);
     ``deletions`` are deleted explicitly; ``patches`` set fields in objects it did not make
-    (its PersistentVolumes' reclaim policy); ``finalize`` lets a Database being deleted go
-    (its finalizer removed).
+    (its PersistentVolumes' reclaim policy, see :mod:`volumes`); ``finalize`` lets a
+    Database being deleted go (its finalizer removed).
     """
 
     children: list[Obj] | None
@@ -91,10 +91,30 @@ def plan(db: Obj, observed: Observed, new_password: Callable[[], str]) -> Plan:
     try:
         spec = parse_spec(deletion_spec(db, observed) if deleting else db)
     except SpecError as exc:
-        return invalid(db, observed, exc)
+        return keep_volumes(db, observed, invalid(db, observed, exc))
     if deleting:
         return deletion.plan(db, initialized_name(db, spec, observed), observed)
-    return running(db, spec, observed, new_password)
+    return keep_volumes(db, observed, running(db, spec, observed, new_password))
+
+
+#: Seconds until a Database whose bound claim names a PersistentVolume the cache has not
+#: seen yet looks again (no event of a PersistentVolume runs a Database).
+UNSEEN_VOLUME_RECHECK = 2.0
+
+
+def keep_volumes(db: Obj, observed: Observed, result: Plan) -> Plan:
+    """``result`` with the reclaim policy patches of this moment (:mod:`volumes`): while a
+    Database lives, the PersistentVolumes of its backup volume and (unless
+    ``deletionPolicy`` is Delete) of its data volumes are Retain, so a claim deleted
+    without a router running (its namespace deleted) does not take the data with it; a
+    policy switched to Delete gives the data volumes their own policy back. A bound claim
+    whose volume the cache does not hold yet is looked at again shortly."""
+    names = Names.of(db["metadata"]["name"])
+    patches = volumes.patches(observed, names, keep_data=volumes.keeps_data(db))
+    requeue = result.requeue_after
+    if volumes.unseen(observed):
+        requeue = min(requeue or UNSEEN_VOLUME_RECHECK, UNSEEN_VOLUME_RECHECK)
+    return replace(result, patches=[*result.patches, *patches], requeue_after=requeue)
 
 
 def _valid(check: Callable[[], object]) -> bool:

@@ -27,8 +27,10 @@ class Observed:
     ``snapshots`` is None when the API server does not serve ``snapshot.storage.k8s.io/v1``
     (deletion then takes a final backup instead). ``backup_pvc`` is the backup volume's
     claim (None: not made yet, or gone). ``volumes`` are the PersistentVolumes bound to its
-    data volumes and its backup volume (their ``claimRef``), there even once the claims are
-    gone; ``namespace_terminating``: its namespace is being deleted.
+    data volumes and its backup volume (their ``claimRef``): while it lives, those its bound
+    claims name (``volumeName``); once it or its namespace is being deleted, every one
+    whose ``claimRef`` names them, there even once the claims are gone.
+    ``namespace_terminating``: its namespace is being deleted.
     """
 
     now: datetime

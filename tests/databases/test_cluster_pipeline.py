@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from eventop.handlers.databases.volumes import RECLAIM_ANNOTATION
 from eventop.kube import KubeError
 from eventop.testing import Pipeline, RealCluster, wait_until
 from eventop.testing.cluster import load_crds
@@ -141,14 +142,18 @@ def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final
     lives.delete_with_a_final_backup(life)
 
 
+@pytest.mark.parametrize("router", ["running", "down"])
 def test_a_deleted_namespace_keeps_the_data_on_retained_volumes_unless_the_policy_deletes(
-        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str], router: str) -> None:
     """The namespace controller deletes the data volumes' claims with everything else, and
     nothing (no snapshot, no backup Job, no Event) can be created in a terminating
-    namespace: a Snapshot (the default) or Retain Database sets its volumes'
-    PersistentVolumes to Retain before it goes; a Delete one leaves them be. The namespace
-    then finishes deleting: nothing holds it."""
-    _pipe, ns = with_snapshot_api
+    namespace: a Snapshot (the default) or Retain Database has set its volumes'
+    PersistentVolumes to Retain already while it lived, once bound (recording the policy
+    they had), so a namespace deleted with no router running loses nothing either; a
+    Delete one leaves them be. The namespace then finishes deleting: nothing holds it.
+    With the router ``down`` (found on a real API server: the data was lost), the claims
+    go at once, the Databases stay (their finalizer), and the volumes are Retain already."""
+    pipe, ns = with_snapshot_api
     play = Components(cluster, real=True, timeout=TIMEOUT)
     lifes = {policy: Life(cluster, play, ns, name, TIMEOUT) for policy, name in
              (("Snapshot", "orders"), ("Retain", "keep"), ("Delete", "scratch"))}
@@ -171,14 +176,36 @@ def test_a_deleted_namespace_keeps_the_data_on_retained_volumes_unless_the_polic
             play.servers_ready(life.names.statefulset(16), ns)
             play.job_finished(life.names.init_job, ns)
             life.status("Ready", lambda s: s["phase"] == "Ready")
+
+        def reclaim() -> dict[str, tuple[str, str | None]]:
+            found = {policy: cluster.get("v1/PersistentVolume", pv)
+                     for policy, pv in volumes.items()}
+            return {policy: (pv["spec"]["persistentVolumeReclaimPolicy"],
+                             (pv["metadata"].get("annotations") or {}).get(RECLAIM_ANNOTATION))
+                    for policy, pv in found.items()}
+        kept = {"Snapshot": ("Retain", "Delete"), "Retain": ("Retain", "Delete"),
+                "Delete": ("Delete", None)}
+        # before anything is deleted: bound, the volumes are set by the live Databases' runs
+        assert cluster.wait_for(lambda: reclaim() == kept, TIMEOUT,
+                                "volumes set to Retain while the Databases live")
+        if router == "down":
+            pipe.close()
         cluster.kube.delete("v1", "Namespace", ns)
+        if router == "down":
+            claims = [f"data-{life.names.statefulset(16)}-0" for life in lifes.values()]
+            assert cluster.wait_for(lambda: all(
+                cluster.get("v1/PersistentVolumeClaim", claim, ns) is None
+                for claim in claims), TIMEOUT, "the claims deleted by the namespace controller")
+            assert reclaim() == kept
+            for life in lifes.values():  # (no router comes back in this test to let them go)
+                assert life.get(DB, life.name) is not None
+                cluster.kube.patch("eventop.dev/v1", "Database", life.name, ns,
+                                   {"metadata": {"finalizers": None}})
         for life in lifes.values():
             life.gone(DB, life.name)
         assert cluster.wait_for(lambda: cluster.get("v1/Namespace", ns) is None, TIMEOUT,
                                 f"namespace {ns} deleted")
-        reclaim = {policy: cluster.get("v1/PersistentVolume", pv)["spec"][
-            "persistentVolumeReclaimPolicy"] for policy, pv in volumes.items()}
-        assert reclaim == {"Snapshot": "Retain", "Retain": "Retain", "Delete": "Delete"}
+        assert reclaim() == kept
     finally:
         for pv in volumes.values():
             with contextlib.suppress(KubeError):

@@ -213,3 +213,45 @@ def test_a_changed_storage_size_leaves_the_backup_volume_as_the_cluster_holds_it
     world.converge(databases)
     claim = world.get("v1/PersistentVolumeClaim", "orders-backups", "shop")
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+
+def test_a_live_database_sets_the_volumes_its_claims_are_bound_to_to_retain() -> None:
+    """Found by the claims' volumeName (no scan of every PersistentVolume per run), set to
+    Retain with the policy they had recorded, given it back when the policy becomes
+    Delete; a volume no claim of its names is left alone."""
+    from eventop.handlers.databases.volumes import RECLAIM_ANNOTATION
+
+    world = fresh(deletionPolicy="Snapshot")
+    world.converge(databases)
+    ready(world, "orders-pg16")
+    sts = world.get("apps/v1/StatefulSet", "orders-pg16", "shop")
+    template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
+    world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",  # the StatefulSet's
+               "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
+                            "labels": {**template["labels"],
+                                       **sts["spec"]["selector"]["matchLabels"]}},
+               "spec": {"volumeName": "pv-data"}, "status": {"phase": "Bound"}})
+    backups = copy.deepcopy(world.get("v1/PersistentVolumeClaim", "orders-backups", "shop"))
+    backups["spec"]["volumeName"] = "pv-backups"
+    backups["status"] = {"phase": "Bound"}
+    world.put(backups)
+    for name, claim in (("pv-data", "data-orders-pg16-0"), ("pv-backups", "orders-backups"),
+                        ("pv-stranger", "data-orders-pg16-1")):
+        world.put({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                   "spec": {"persistentVolumeReclaimPolicy": "Delete",
+                            "claimRef": {"namespace": "shop", "name": claim}}})
+    world.converge(databases)
+
+    def reclaim() -> dict[str, tuple[str, Any]]:
+        return {name: (pv["spec"]["persistentVolumeReclaimPolicy"],
+                       (pv["metadata"].get("annotations") or {}).get(RECLAIM_ANNOTATION))
+                for name in ("pv-data", "pv-backups", "pv-stranger")
+                for pv in [world.get("v1/PersistentVolume", name)]}
+    assert reclaim() == {"pv-data": ("Retain", "Delete"), "pv-backups": ("Retain", "Delete"),
+                         "pv-stranger": ("Delete", None)}
+    db = copy.deepcopy(world.get(DB, "orders", "shop"))
+    db["spec"]["deletionPolicy"] = "Delete"
+    world.put(db)
+    world.converge(databases)
+    assert reclaim() == {"pv-data": ("Delete", None), "pv-backups": ("Retain", "Delete"),
+                         "pv-stranger": ("Delete", None)}

@@ -41,6 +41,20 @@ def database(name: str = "orders", **spec: Any) -> Obj:
             "spec": spec}
 
 
+def merge_patch(target: Obj, patch: Obj) -> Obj:
+    """A JSON merge patch (RFC 7386), as the API server applies ``Desired.patch``: maps
+    merged, ``None`` removes a key."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            merged = target.get(key) if isinstance(target.get(key), dict) else {}
+            target[key] = merge_patch(merged, value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
 def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -101,9 +115,10 @@ class World:
             self.owned.discard(self.key(obj))
         for obj in result.patches:  # (merged into what exists; nothing is created)
             current = self.objects[self.key(obj)]
-            for field, value in obj.items():
-                if isinstance(value, dict) and field != "metadata":
-                    current[field] = {**current.get(field, {}), **value}
+            meta = {k: v for k, v in obj["metadata"].items() if k in ("labels", "annotations")}
+            merge_patch(current, {**{k: v for k, v in obj.items()
+                                     if k not in ("apiVersion", "kind", "metadata")},
+                                  "metadata": meta})
         self.db["status"] = copy.deepcopy(result.status)
         self.events += result.events
         if result.finalize:
@@ -162,7 +177,8 @@ class World:
 
     def statefulset_ready(self, name: str, ready: int | None = None) -> None:
         """The StatefulSet controller rolled every pod to the current template and the
-        kubelet reports ``ready`` of them ready (all by default); PVCs made per pod."""
+        kubelet reports ``ready`` of them ready (all by default); PVCs made per pod (a claim
+        made before is left as it is: bound to its volume)."""
         sts = self.get("StatefulSet", name)
         want = sts["spec"]["replicas"]
         ready = want if ready is None else ready
@@ -171,11 +187,42 @@ class World:
                          "currentRevision": "r", "updateRevision": "r"}
         template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
         for i in range(want):
+            if ("PersistentVolumeClaim", f"data-{name}-{i}") in self.objects:
+                continue
             self.objects[("PersistentVolumeClaim", f"data-{name}-{i}")] = {
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": f"data-{name}-{i}", "labels": {
                     **template["labels"], **sts["spec"]["selector"]["matchLabels"]}},
                 "spec": {}, "status": {"phase": "Bound"}}  # (a provisioner bound it)
+
+    def provision(self, claim: str, volume: str, reclaim: str = "Delete") -> Obj:
+        """A provisioner made PersistentVolume ``volume`` for ``claim`` (reclaim policy
+        ``reclaim``: Delete is dynamic provisioning's default) and the volume controller
+        bound them."""
+        pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+              "spec": {"persistentVolumeReclaimPolicy": reclaim,
+                       "claimRef": {"namespace": "shop", "name": claim}},
+              "status": {"phase": "Bound"}}
+        self.objects[self.key(pv)] = pv
+        pvc = self.get("PersistentVolumeClaim", claim)
+        pvc["spec"] = {**pvc.get("spec", {}), "volumeName": volume}
+        pvc["status"] = {"phase": "Bound"}
+        return pv
+
+    def claims_deleted(self) -> None:
+        """Every claim deleted behind the handler's back (the namespace controller, while no
+        router runs), and the volume controller reclaiming their volumes as their policy
+        says: Delete deletes the volume and its data, Retain keeps it Released."""
+        for key in [k for k in self.objects if k[0] == "PersistentVolumeClaim"]:
+            del self.objects[key]
+            self.owned.discard(key)
+        for key, pv in list(self.objects.items()):
+            if key[0] != "PersistentVolume":
+                continue
+            if pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete":
+                del self.objects[key]
+            else:
+                pv["status"] = {"phase": "Released"}
 
     def statefulset_rolling(self, name: str) -> None:
         sts = self.get("StatefulSet", name)

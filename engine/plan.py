@@ -103,8 +103,12 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         if not ours:
             if ctl.adopt_fn is not None and ctl.adopt_fn(parent, existing):
                 # An orphan that can not be changed in place (an immutable copy of a source
-                # made again) is adopted by being made again, as an owned child would be.
-                verb: Verb = ("recreate" if child.recreate
+                # made again) is adopted by being made again, as an owned child would be:
+                # only when its content differs (ownership is what adopting changes; an
+                # orphan already as desired keeps running, a Job its pods).
+                differs = child.recreate and not in_sync(
+                    child, existing, {**body, "metadata": existing.get("metadata") or {}})
+                verb: Verb = ("recreate" if differs
                               else "replace" if child.mode == "replace" else "apply")
                 result.actions.append(Action(verb, kind, ns, name, body, existing, child,
                                              adopt=True))

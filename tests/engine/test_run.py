@@ -479,6 +479,24 @@ def test_adopting_by_replace_drops_the_earlier_controller_keeps_other_owners() -
     assert cm["data"] == {"members": "ann"}
 
 
+def test_an_orphan_adopted_is_made_again_only_when_its_content_differs() -> None:
+    """``recreate=True`` (an immutable kind) adopts an orphan by deleting and creating it
+    only if its content is not as desired: one already as desired keeps running (a
+    reviewer's finding: every adopted orphan was made again, a Job's pods killed)."""
+    for data, made_again in (({"members": "ann"}, False), ({"members": "old"}, True)):
+        t = team("a", ["ann"])
+        world = World([t, roster(t, data=data)])
+        ctl = Controller("teams", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry())
+        ctl.reconcile(lambda t, reads: Desired(children=[Child(roster(t), recreate=True)]))
+        ctl.adopts(lambda parent, obj: True)
+        before = world.get("v1/ConfigMap", "a-roster", "teams")["metadata"]["uid"]
+        world.converge(ctl)
+        cm = world.get("v1/ConfigMap", "a-roster", "teams")
+        assert cm["data"] == {"members": "ann"}
+        assert [r["name"] for r in cm["metadata"]["ownerReferences"]] == ["a"]
+        assert (cm["metadata"]["uid"] != before) == made_again, data
+
+
 def test_a_refused_write_carries_the_servers_status_and_reason() -> None:
     from eventop.engine.plan import Action, Plan
     from eventop.engine.write import execute

@@ -156,19 +156,27 @@ class KubeWriter:
     def delete(self, obj: Obj) -> None:
         """Delete ``obj`` (that very version: a changed one is a 409).
 
-        An object held by finalizers is not gone when the API server answers: the delete
-        only set its deletionTimestamp, and it disappears once someone else removes the last
-        finalizer. That disappearance is not this handler's echo: it is what a run waiting
-        to create the object again (``Plan.skipped``) must hear. So only an object without
-        finalizers is forgotten at once and its deletion remembered as our own.
+        An object held by finalizers (every PersistentVolumeClaim: pvc-protection) is not
+        gone when the API server answers: the delete only set its deletionTimestamp, and it
+        disappears once someone else removes the last finalizer. That disappearance is not
+        this handler's echo: it is what a run waiting to create the object again
+        (``Plan.skipped``) must hear. So the answer, the object being deleted, is written
+        through as any write's is (a run after it sees it going and skips it; the change
+        that set the deletionTimestamp is the echo), and only an object that went at once is
+        forgotten and its deletion remembered as our own.
         """
         meta = obj["metadata"]
         with self._write(obj):
-            self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"],
-                             meta.get("namespace"), uid=meta.get("uid"),
-                             resource_version=meta.get("resourceVersion"))
-            if meta.get("finalizers"):
+            answer = self.kube.delete_answer(obj["apiVersion"], obj["kind"], meta["name"],
+                                             meta.get("namespace"), uid=meta.get("uid"),
+                                             resource_version=meta.get("resourceVersion"))
+            held = answer or {}
+            if held.get("kind") == obj["kind"] \
+                    and (held.get("metadata") or {}).get("deletionTimestamp"):
+                self._wrote({**held, "apiVersion": obj["apiVersion"]})
                 return
+            if meta.get("finalizers"):
+                return  # held, though the answer did not say so: its going is news
             store = self.cache.store(obj["apiVersion"], obj["kind"])
             if store is not None:
                 store.forget_deleted(obj)

@@ -417,6 +417,17 @@ class Kube:
         newer one created under the same name meanwhile. ``resource_version`` too: only
         that version of it (409 Conflict if it changed since it was read).
         """
+        return self.delete_answer(api_version, kind, name, namespace, uid=uid,
+                                  resource_version=resource_version,
+                                  propagation=propagation) is not None
+
+    def delete_answer(self, api_version: str, kind: str, name: str,
+                      namespace: str | None = None, *, uid: str | None = None,
+                      resource_version: str | None = None,
+                      propagation: str = "Background") -> Obj | None:
+        """:meth:`delete`, returning the API server's answer (None if it was already gone):
+        the object as it now is, with ``deletionTimestamp`` when finalizers (or a grace
+        period) hold it, which is not gone yet; or as it was, when it went at once."""
         res = self.resource(api_version, kind)
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions",
                      "propagationPolicy": propagation}
@@ -425,10 +436,10 @@ class Kube:
         if preconditions:
             body["preconditions"] = preconditions
         try:
-            self.request("DELETE", res.path(namespace, name), verb="delete", body=body)
+            answer = self.request("DELETE", res.path(namespace, name), verb="delete", body=body)
         except errors.NotFound:
-            return False
-        return True
+            return None
+        return answer if isinstance(answer, dict) else {}
 
     # -- reporting -------------------------------------------------------------------
 

@@ -427,7 +427,9 @@ def _major(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
         facts.events.append((
             "Normal", "OldVolumesKept",
             f"the PostgreSQL {version.major} volumes (data-{names.statefulset(version.major)}-*)"
-            " are kept as a way back; delete them when no longer needed"))
+            " are kept as a way back; delete them when no longer needed, and then their"
+            " PersistentVolumes, which eventop keeps Retain (annotation"
+            " eventop.dev/reclaim-policy)"))
         return Step(target, target)
     if state == FAILED:
         facts.progressing = (

@@ -315,9 +315,11 @@ def test_a_child_held_by_a_finalizer_is_not_gone_when_deleted_so_its_going_is_no
     try:
         writer.delete(held)
         writer.delete(free)
-        assert kube.get("v1", "ConfigMap", "held-going", "default")["metadata"][
-            "deletionTimestamp"]
+        going = kube.get("v1", "ConfigMap", "held-going", "default")["metadata"]
+        assert going["deletionTimestamp"]
         assert not echoes.is_echo(held["metadata"]["uid"], None, "delete", consume=False)
+        # the change that set its deletionTimestamp is ours (the answer, written through)
+        assert echoes.is_echo(going["uid"], going["resourceVersion"], "update", consume=False)
         assert echoes.is_echo(free["metadata"]["uid"], None, "delete", consume=False)
     finally:
         kube.patch("v1", "ConfigMap", "held-going", "default", {"metadata": {"finalizers": None}})

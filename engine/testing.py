@@ -285,8 +285,8 @@ def _merge(base: Obj, patch: Obj) -> Obj:
     for key, value in patch.items():
         if value is None:
             base.pop(key, None)
-        elif isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = _merge(base[key], value)
+        elif isinstance(value, dict):
+            base[key] = _merge(base[key] if isinstance(base.get(key), dict) else {}, value)
         else:
             base[key] = value
     return base

@@ -94,8 +94,17 @@ def adopt(rule: Obj, obj: Obj) -> bool:
 
 @rules.maps("v1/Namespace", metadata_only=True)
 def rules_of_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
+    """Rules it may be a target of, and rules reading sources in it (whose status says
+    whether the namespaces they name exist)."""
     name = namespace["metadata"]["name"]
-    return [r for r in reads.list(RULES) if may_target(r, name)]
+    return [r for r in reads.list(RULES) if may_target(r, name) or _reads_from(r, name)]
+
+
+def _reads_from(rule: Obj, namespace: str) -> bool:
+    try:
+        return namespace in source_namespaces(rule)
+    except SpecError:
+        return False  # reported by the rule's own run
 
 
 @rules.maps("v1/ConfigMap")

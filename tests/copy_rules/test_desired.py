@@ -355,3 +355,19 @@ def test_a_conflict_with_another_rules_copy_says_to_narrow_a_rule_not_to_delete_
     world.reconcile(rules, "first")
     (note,) = [n for name, n in world.events if n.reason == "CopyConflict"]
     assert "Delete or rename it" in note.message
+
+
+def test_a_namespace_created_runs_the_rules_that_read_sources_there() -> None:
+    """A rule naming a source namespace not there yet said so in its status, and creating
+    it ran nothing (not a target), leaving the message stale (a reviewer's finding)."""
+    from eventop.handlers.copy_rules.controller import rules_of_namespace
+
+    reader = rule("reader", namespaces=("shared",), targets={"names": ["team-a"]})
+    other = rule("other", namespaces=("default",), targets={"names": ["team-a"]})
+
+    class Rules:
+        def list(self, kind: Any, *args: Any, **kwargs: Any) -> list[Obj]:
+            return [reader, other]
+
+    mapped = rules_of_namespace(ns("shared"), Rules())  # type: ignore[arg-type]
+    assert [r["metadata"]["name"] for r in mapped] == ["reader"]

@@ -770,3 +770,16 @@ def test_refusal_events_follow_conflict_events_unless_asked_for_on_their_own(
         world.reconcile(teams_controller(**options), "a", "teams")
         refusals = [n for _name, n in world.events if n.reason == "WriteRefused"]
         assert bool(refusals) == posted, options
+
+
+def test_the_test_worlds_merge_patch_drops_nulls_as_the_api_server_does() -> None:
+    """RFC 7386: null removes a key, also under a map the object did not have yet (a
+    handler test could otherwise pass against a World holding what no server would)."""
+    from eventop.engine.testing import _merge
+
+    assert _merge({"metadata": {"annotations": {"a": "1"}}},
+                  {"metadata": {"annotations": {"a": None, "b": "2"}}}) == \
+        {"metadata": {"annotations": {"b": "2"}}}
+    assert _merge({"metadata": {}}, {"metadata": {"annotations": {"a": None}}}) == \
+        {"metadata": {"annotations": {}}}
+    assert _merge({"spec": 1}, {"spec": {"x": None, "y": 2}}) == {"spec": {"y": 2}}

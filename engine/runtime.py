@@ -131,9 +131,10 @@ class Engine:
         self._followups: dict[Item, int] = {}
         self._conflicts: dict[str, set[str]] = {}
         #: Objects at a child's name that a parent does not own (handler, kind, namespace,
-        #: name) -> that parent: their change or deletion runs it at once. Nothing else maps
-        #: them to it (no ownerReference, no label), and its retries back off to 5 minutes.
-        self._squatters: dict[tuple[str, str, str, str], Key] = {}
+        #: name) -> the parents it is in the way of: their change or deletion runs them at
+        #: once. Nothing else maps them to it (no ownerReference, no label), and its retries
+        #: back off to 5 minutes. (A set: a user's handler may give two parents one name.)
+        self._squatters: dict[tuple[str, str, str, str], set[Key]] = {}
         self._squatting: dict[Item, set[tuple[str, str, str, str]]] = {}
         self._squatters_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -334,11 +335,10 @@ class Engine:
         if self._squatters:
             meta = subject.get("metadata") or {}
             with self._squatters_lock:
-                squatted = self._squatters.get((ctl.name, str(subject.get("kind")),
-                                                meta.get("namespace") or "",
-                                                str(meta.get("name"))))
-            if squatted is not None:
-                keys = keys | {squatted}
+                squatted = set(self._squatters.get((ctl.name, str(subject.get("kind")),
+                                                    meta.get("namespace") or "",
+                                                    str(meta.get("name"))), ()))
+            keys = keys | squatted
         if kind == ctl.parent.key and change == "update":
             keys = {k for k in keys if not self._unchanged(ctl, k, subject)}
             if not keys:
@@ -455,11 +455,14 @@ class Engine:
         item = (ctl.name, key)
         with self._squatters_lock:
             for slot in self._squatting.pop(item, set()) - slots:
-                if self._squatters.get(slot) == key:
-                    del self._squatters[slot]
+                parents = self._squatters.get(slot, set())
+                parents.discard(key)
+                if not parents:
+                    self._squatters.pop(slot, None)
             if slots:
                 self._squatting[item] = slots
-                self._squatters.update(dict.fromkeys(slots, key))
+                for slot in slots:
+                    self._squatters.setdefault(slot, set()).add(key)
 
     def _run(self, ctl: Controller, key: Key, before: threading.Event | None,
              end: threading.Event, released: list[bool]) -> _Ran:

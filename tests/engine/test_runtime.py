@@ -283,6 +283,30 @@ def test_the_deletion_of_the_object_blocking_a_child_runs_its_parent_at_once(
     assert engine._squatters == {}  # made: no longer anybody's business
 
 
+def test_an_object_in_the_way_of_two_parents_runs_both_when_it_goes(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """A user's handler may give two parents' children one name: the object in the way of
+    both was remembered for the last one only, the other left to its backoff."""
+    plain = counting.reconcile
+
+    def one_name(parent: Obj, reads: Any) -> Desired:
+        desired = plain(parent, reads)
+        for child in desired.children:
+            child["metadata"]["name"] = "shared-copy"  # type: ignore[index]
+        return desired
+
+    counting.ctl.reconcile_fn = one_name
+    squatter = local_kube.put({"apiVersion": "v1", "kind": "Secret",
+                               "metadata": {"name": "shared-copy", "namespace": NS},
+                               "stringData": {"v": "x"}})
+    for name in ("p1", "p2"):
+        assert submit(engine, "add", local_kube.put(cm(name, {"v": "1"}))).wait(20)
+    local_kube.remove("v1", "Secret", "shared-copy", NS)
+    ticket, _ = engine.submit(Event.for_object("delete", squatter))
+    assert ticket.wait(20)
+    assert {key for _name, key in ticket.results} == {Key(NS, "p1"), Key(NS, "p2")}
+
+
 def test_a_child_taken_over_by_removing_its_owner_reference_is_its_former_parents_business(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     """The change removes what mapped the child to its parent: the parent is mapped from

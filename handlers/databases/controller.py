@@ -202,7 +202,7 @@ def database_of(obj: Obj, reads: Reads) -> list[Obj]:
 @databases.maps("v1/Namespace")
 def databases_of_deleted_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
     """A namespace being deleted: its Databases, at once (their volumes, see
-    deletion.retain_volumes, mostly set to Retain already while they lived); any other
+    deletion._keep_volumes, mostly set to Retain already while they lived); any other
     namespace change concerns none."""
     if not is_terminating(namespace):
         return []

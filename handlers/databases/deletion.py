@@ -207,54 +207,30 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
     return step
 
 
-_keeps_data = volumes.keeps_data  # (the policy read as written)
-
-
-def _volumes_to_keep(db: Obj, observed: Observed) -> list[Obj]:
-    """In a namespace being deleted, the PersistentVolumes that must outlive their claims:
-    the backup volume's under every policy, the data volumes' unless the policy deletes
-    them."""
-    backup = Names.of(db["metadata"]["name"]).backup_pvc
-    return [pv for pv in observed.volumes
-            if _keeps_data(db) or observe.claim_of(pv) == backup]
-
-
-def retain_volumes(db: Obj, observed: Observed) -> list[Obj]:
-    """In a namespace being deleted: the patches that set the PersistentVolumes of the
-    backup volume (under every ``deletionPolicy``) and of the data volumes (unless it is
-    Delete) to reclaim policy Retain, recording the policy each had (see volumes). Mostly
-    none: the runs of the live Database set them already (a namespace deleted while no
-    router ran takes the claims before any run); what is left is a volume bound since the
-    last run, or one the cache had not seen then."""
-    if not observed.namespace_terminating:
-        return []
-    return [patch for pv in _volumes_to_keep(db, observed)
-            if (patch := volumes.retain(pv)) is not None]
-
-
 def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
     """The namespace is going, claims included, and nothing can be created in it: the
     PersistentVolumes of the backup volume and (unless Delete) of the data volumes are set
-    to Retain; then the Database goes (under Delete, once its data volumes are deleted)."""
+    to Retain, recording the policy each had (see volumes); then the Database goes (under
+    Delete, once its data volumes are deleted). Mostly set already: the runs of the live
+    Database did (a namespace deleted while no router ran takes the claims before any run);
+    what is left is a volume bound since the last run, or one the cache had not seen then."""
     ns = db["metadata"]["namespace"]
-    seen = {pv["metadata"]["name"] for pv in observed.volumes}
-    claims = [*(observed.data_pvcs if _keeps_data(db) else []),
-              *([observed.backup_pvc] if observed.backup_pvc else [])]
-    unseen = sorted(
-        str(pvc["spec"]["volumeName"]) for pvc in claims
-        if (pvc.get("spec") or {}).get("volumeName") and pvc["spec"]["volumeName"] not in seen
-        and observe.is_bound(pvc))
+    keeps_data = volumes.keeps_data(db)  # (the policy read as written)
+    unseen = volumes.unseen(observed, data=keeps_data)
     if unseen:  # bound to a volume the cache has not seen yet: not "nothing to keep"
         return _Step(("True", "RetainingVolumes", f"namespace {ns} is being deleted: waiting "
-                      f"to see PersistentVolumes {', '.join(unseen)}"), requeue_after=2.0)
-    keeping = _volumes_to_keep(db, observed)
+                      f"to see PersistentVolumes {', '.join(unseen)}"),
+                     requeue_after=lifecycle.UNSEEN_VOLUME_RECHECK)
+    backup = Names.of(db["metadata"]["name"]).backup_pvc
+    keeping = [pv for pv in observed.volumes
+               if keeps_data or observe.claim_of(pv) == backup]
     listed = ", ".join(pv["metadata"]["name"] for pv in keeping)
-    which = "data volumes and backup volume" if _keeps_data(db) else "backup volume"
+    which = "data volumes and backup volume" if keeps_data else "backup volume"
     why = (f"namespace {ns} is being deleted, with the volumes' claims, and nothing can be "
            f"created in it (deletionPolicy {policy}: "
-           + ("no snapshot or backup)" if _keeps_data(db) else
+           + ("no snapshot or backup)" if keeps_data else
               "the data volumes are deleted, the backup volume kept)"))
-    patches = retain_volumes(db, observed)
+    patches = [patch for pv in keeping if (patch := volumes.retain(pv)) is not None]
     if patches:
         return _Step(("True", "RetainingVolumes", f"{why}; setting the PersistentVolumes of "
                       f"the {which} to reclaim policy Retain: {listed}"),

@@ -137,12 +137,13 @@ def to_give_back(observed: Observed, names: Names) -> list[Obj]:
             if (patch := give_back(pv)) is not None]
 
 
-def unseen(observed: Observed) -> list[str]:
+def unseen(observed: Observed, *, data: bool = True) -> list[str]:
     """The PersistentVolumes bound claims name that the cache does not hold yet (the
     provisioner made them a moment ago): looked at again shortly, not taken as nothing
-    to keep."""
+    to keep. ``data=False``: the backup volume's only (the data volumes are not kept)."""
     seen = {pv["metadata"]["name"] for pv in observed.volumes}
-    claims = [*observed.data_pvcs, *([observed.backup_pvc] if observed.backup_pvc else [])]
+    claims = [*(observed.data_pvcs if data else []),
+              *([observed.backup_pvc] if observed.backup_pvc else [])]
     return sorted({str(pvc["spec"]["volumeName"]) for pvc in claims
                    if observe.is_bound(pvc) and (pvc.get("spec") or {}).get("volumeName")
                    and pvc["spec"]["volumeName"] not in seen})

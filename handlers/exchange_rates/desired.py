@@ -201,15 +201,11 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
         return stale(cr, cm, answer, held)
     data = wanted["data"]
     message = f"1 {data['base']} = {data['rate']} {data['currency']} on {data['date']}"
-    meta = cr["metadata"]
     ok = {
         "rate": data["rate"], "date": data["date"], "base": data["base"],
         "currency": data["currency"], "source": data["source"],
         "lastSuccessfulFetch": answer.fetched_at,
-        "observedGeneration": meta.get("generation"),
-        "conditions": set_condition(
-            (cr.get("status") or {}).get("conditions"), "Ready", True, "RateFetched",
-            message, answer.fetched_at, meta.get("generation")),
+        **ready_status(cr, True, "RateFetched", message, answer.fetched_at),
     }
 
     def problem(outcome: Outcome) -> tuple[str, str] | None:
@@ -272,14 +268,10 @@ def stale(cr: Obj, cm: Obj | None, answer: Quote, held: Quote) -> Desired:
     message = (f"1 {held.base} = {held.rate(currency)} {currency} on {held.date} kept: "
                f"{answer.source} answered with an older rate "
                f"({answer.rate(currency)} on {answer.date}); a rate never goes backwards")
-    meta = cr["metadata"]
     kept = _kept(cr, cm)
     return Desired([Child(kept, mode="replace", matches=same_values)] if kept else [],
-                   prune=False, status_seen_before_writes=False, status={
-                       "observedGeneration": meta.get("generation"),
-                       "conditions": set_condition(
-                           (cr.get("status") or {}).get("conditions"), "Ready", True, STALE,
-                           message, answer.fetched_at, meta.get("generation"))},
+                   prune=False, status_seen_before_writes=False,
+                   status=ready_status(cr, True, STALE, message, answer.fetched_at),
                    events=[Note("Warning", STALE, message)],
                    summary=f"ExchangeRate {_name(cr)}: {STALE}: {message}")
 
@@ -322,11 +314,16 @@ def failed_status(cr: Obj, reason: str, message: str, now: str) -> Obj:
     """``Ready=False`` with the reason; the last good answer (``rate``, ``date``,
     ``base``, ``currency``, ``source``, ``lastSuccessfulFetch``) stays in status (a merge
     patch leaves it)."""
+    return ready_status(cr, False, reason, message, now)
+
+
+def ready_status(cr: Obj, ready: bool, reason: str, message: str, at: str) -> Obj:
+    """The status fields every outcome writes: ``observedGeneration`` and ``Ready``."""
     meta = cr["metadata"]
     return {
         "observedGeneration": meta.get("generation"),
         "conditions": set_condition(
-            (cr.get("status") or {}).get("conditions"), "Ready", False, reason, message, now,
+            (cr.get("status") or {}).get("conditions"), "Ready", ready, reason, message, at,
             meta.get("generation")),
     }
 

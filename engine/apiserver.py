@@ -176,7 +176,9 @@ class KubeWriter:
                 self._wrote({**held, "apiVersion": obj["apiVersion"]})
                 return
             if meta.get("finalizers"):
-                return  # held, though the answer did not say so: its going is news
+                # gone before our delete (404), held until then: someone else's removal of
+                # the last finalizer made it go, news to a run waiting to make it again
+                return
             store = self.cache.store(obj["apiVersion"], obj["kind"])
             if store is not None:
                 store.forget_deleted(obj)

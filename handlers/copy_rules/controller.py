@@ -199,7 +199,7 @@ def _conflict_message(kind: str, slot: str, rule: str, reads: Reads) -> str:
     deleted (its rule would make it again, the two taking turns), but one rule narrowed."""
     namespace, _, name = slot.rpartition("/")
     there = reads.get(("v1", kind), name, namespace or None)
-    other = ((there or {}).get("metadata") or {}).get("labels", {}).get(RULE_LABEL)
+    other = (((there or {}).get("metadata") or {}).get("labels") or {}).get(RULE_LABEL)
     if there is not None and is_copy(there) and other and other != label_value(rule):
         return (f"{kind} {slot} is a copy made by CopyRule {other}, which copies a source of "
                 f"that name there too: left unchanged. Narrow one of the two rules (its "

@@ -66,6 +66,18 @@ def written_then_down(requests_mock: rm.Mocker) -> tuple[World, Obj]:
     return world, good
 
 
+def written_then_stale(requests_mock: rm.Mocker) -> tuple[World, Obj]:
+    """ExchangeRate ``er`` (JPY) written from an answer of 2026-11-25 (170.01), then the
+    provider answering with an older one (2026-10-01, 150.00); the world and that ConfigMap."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", JPY="170.01"))
+    world = World()
+    added(world, exchange_rate("er", "JPY"))
+    written = configmap(world, "er")
+    assert written is not None
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-10-01", JPY="150.00"))
+    return world, written
+
+
 # -- one ExchangeRate added or changed ---------------------------------------------------------
 
 def test_added_exchange_rate_gets_an_owned_configmap_with_the_exact_rate(
@@ -401,11 +413,7 @@ def test_a_bad_rate_in_a_refresh_answer_fails_only_that_currency_and_the_others_
 
 def test_an_answer_published_before_the_rate_held_never_overwrites_it(
         requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", JPY="170.01"))
-    world = World()
-    added(world, exchange_rate("er", "JPY"))
-    written = configmap(world, "er")
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-10-01", JPY="150.00"))
+    world, written = written_then_stale(requests_mock)
     refresh(world)
     assert configmap(world, "er") == written
     status = cr(world, "er")["status"]
@@ -425,11 +433,7 @@ def test_an_answer_published_before_the_rate_held_never_overwrites_it(
 
 def test_while_answers_are_stale_a_deleted_configmap_gets_the_held_rate_back(
         requests_mock: rm.Mocker) -> None:
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-25", JPY="170.01"))
-    world = World()
-    added(world, exchange_rate("er", "JPY"))
-    written = configmap(world, "er")
-    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-10-01", JPY="150.00"))
+    world, written = written_then_stale(requests_mock)
     world.delete("v1/ConfigMap", "er", NAMESPACE)
     world.changed(rates, written)
     back = configmap(world, "er")

@@ -87,17 +87,22 @@ def test_a_deleted_credentials_secret_is_noticed_made_again_and_said_so_in_a_war
         ("Warning", "CredentialsRecreated")]
 
 
+def put_data_claim(world: World, spec: Obj) -> None:
+    """The claim the StatefulSet controller makes for orders-pg16's pod 0, bound."""
+    sts = world.get("apps/v1/StatefulSet", "orders-pg16", "shop")
+    template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
+    world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
+                            "labels": {**template["labels"],
+                                       **sts["spec"]["selector"]["matchLabels"]}},
+               "spec": spec, "status": {"phase": "Bound"}})
+
+
 def test_deleting_snapshots_then_lets_go_and_keeps_what_outlives_it() -> None:
     world = fresh(deletionPolicy="Snapshot")
     world.converge(databases)
     ready(world, "orders-pg16")
-    sts = world.get("apps/v1/StatefulSet", "orders-pg16", "shop")
-    template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
-    world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",  # the StatefulSet's
-               "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
-                            "labels": {**template["labels"],
-                                       **sts["spec"]["selector"]["matchLabels"]}},
-               "spec": {}, "status": {"phase": "Bound"}})
+    put_data_claim(world, {})
     world.converge(databases)
     world.delete(DB, "orders", "shop")
     world.converge(databases)
@@ -224,13 +229,7 @@ def test_a_live_database_sets_the_volumes_its_claims_are_bound_to_to_retain() ->
     world = fresh(deletionPolicy="Snapshot")
     world.converge(databases)
     ready(world, "orders-pg16")
-    sts = world.get("apps/v1/StatefulSet", "orders-pg16", "shop")
-    template = sts["spec"]["volumeClaimTemplates"][0]["metadata"]
-    world.put({"apiVersion": "v1", "kind": "PersistentVolumeClaim",  # the StatefulSet's
-               "metadata": {"name": "data-orders-pg16-0", "namespace": "shop",
-                            "labels": {**template["labels"],
-                                       **sts["spec"]["selector"]["matchLabels"]}},
-               "spec": {"volumeName": "pv-data"}, "status": {"phase": "Bound"}})
+    put_data_claim(world, {"volumeName": "pv-data"})
     backups = copy.deepcopy(world.get("v1/PersistentVolumeClaim", "orders-backups", "shop"))
     backups["spec"]["volumeName"] = "pv-backups"
     backups["status"] = {"phase": "Bound"}

@@ -327,9 +327,7 @@ def test_in_a_namespace_being_deleted_a_claim_bound_to_an_unseen_volume_is_waite
     """A claim says it is bound to a PersistentVolume the cache does not hold yet: that is
     not "no data to keep"; the Database waits for it, then keeps it."""
     world = created(World(database()))
-    claim = world.get(*DATA)
-    claim["spec"] = {**claim["spec"], "volumeName": "pv-0"}
-    claim["status"] = {"phase": "Bound"}
+    world.bind("data-orders-pg16-0", "pv-0")
     world.terminating = True
     world.delete()
     first = world.reconcile()
@@ -347,9 +345,7 @@ def test_in_a_namespace_being_deleted_under_delete_an_unseen_backup_volume_is_wa
     """Delete deletes the data volumes, but not before the backup volume's PersistentVolume,
     once the cache holds it, is set to Retain."""
     world = created(World(database(deletionPolicy="Delete")))
-    claim = world.get(*BACKUPS)
-    claim["spec"] = {**claim["spec"], "volumeName": "pv-backups"}
-    claim["status"] = {"phase": "Bound"}
+    world.bind("orders-backups", "pv-backups")
     world.terminating = True
     world.delete()
     first = world.reconcile()

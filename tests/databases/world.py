@@ -204,10 +204,15 @@ class World:
                        "claimRef": {"namespace": "shop", "name": claim}},
               "status": {"phase": "Bound"}}
         self.objects[self.key(pv)] = pv
+        self.bind(claim, volume)
+        return pv
+
+    def bind(self, claim: str, volume: str) -> None:
+        """The volume controller bound ``claim`` to PersistentVolume ``volume`` (which this
+        World may not hold yet: a cache that has not seen it)."""
         pvc = self.get("PersistentVolumeClaim", claim)
         pvc["spec"] = {**pvc.get("spec", {}), "volumeName": volume}
         pvc["status"] = {"phase": "Bound"}
-        return pv
 
     def claims_deleted(self) -> None:
         """Every claim deleted behind the handler's back (the namespace controller, while no

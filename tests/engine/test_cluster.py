@@ -16,6 +16,7 @@ from eventop.kube import Kube
 from eventop.kube.informer import Cache, InformerSpec
 from eventop.kube.reflector import Backoff, WatchSettings
 from eventop.testing.waiting import wait_until
+from tests.support.cluster import cluster_script, uncontrollable_reason
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -24,11 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 def test_cache_after_an_api_server_restart_holds_every_change() -> None:
     kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
     state = os.environ.get("EVENTOP_TEST_CLUSTER_DIR")
-    script = Path(os.environ.get("EVENTOP_TEST_CLUSTER_SCRIPT")
-                  or REPO.parent / "shared" / "k8s" / "cluster")
-    if not (kubeconfig and state and script.exists()):
-        pytest.skip("needs EVENTOP_TEST_KUBECONFIG and EVENTOP_TEST_CLUSTER_DIR (the state dir "
-                    "of ../shared/k8s/cluster) to restart the API server")
+    script = cluster_script()
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    if not (state and script.exists()):
+        pytest.skip(uncontrollable_reason(state, script))
     kube = Kube.connect(kubeconfig=kubeconfig)
     ns = f"cache-{uuid.uuid4().hex[:6]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})

@@ -13,6 +13,7 @@ import yaml
 from demo.provider import RatesStandIn
 from tests.faults.stack import REPO, REPORTED, Cluster, Stack, converge
 from tests.faults.workload import Workload
+from tests.support.cluster import cluster_script, uncontrollable_reason
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -28,9 +29,7 @@ def cluster() -> Cluster:
     kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
     if not kubeconfig:
         pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
-    script = Path(os.environ.get("EVENTOP_TEST_CLUSTER_SCRIPT")
-                  or REPO.parent / "shared" / "k8s" / "cluster")
-    cluster = Cluster(kubeconfig, os.environ.get("EVENTOP_TEST_CLUSTER_DIR"), script)
+    cluster = Cluster(kubeconfig, os.environ.get("EVENTOP_TEST_CLUSTER_DIR"), cluster_script())
     from eventop.kube import Kube
 
     admin = Kube.connect(kubeconfig=kubeconfig)
@@ -50,8 +49,7 @@ def controllable(cluster: Cluster) -> Cluster:
     """The faults that restart the API server or compact etcd need the cluster this run
     started (``EVENTOP_TEST_CLUSTER_DIR``, as ``.ci/run`` sets it); never someone else's."""
     if not cluster.controllable:
-        pytest.skip("needs EVENTOP_TEST_CLUSTER_DIR (the state dir of ../shared/k8s/cluster) "
-                    "to restart the API server or compact etcd")
+        pytest.skip(uncontrollable_reason(cluster.state_dir, cluster.script))
     return cluster
 
 

@@ -215,11 +215,11 @@ def in_the_way(mirror: Obj, existing: list[Obj | None]) -> list[Obj]:
             and not made_for(mirror, obj)]
 
 
-def foreign_objects(mirror: Obj, existing: list[Obj | None]) -> Problem | None:
+def foreign_objects(in_way: list[Obj]) -> Problem | None:
     """A blocking problem if an object with one of our names exists that eventop did not
-    create for this mirror (see the module docstring, decision 4)."""
-    foreign = [f"{obj.get('kind')} {obj['metadata']['name']}"
-               for obj in in_the_way(mirror, existing)]
+    create for this mirror (``in_way``, see :func:`in_the_way` and the module docstring,
+    decision 4)."""
+    foreign = [f"{obj.get('kind')} {obj['metadata']['name']}" for obj in in_way]
     if not foreign:
         return None
     return Problem("NameConflict",
@@ -271,14 +271,15 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
         secret = reads.get(SECRET, spec.credentials_secret, ns) \
             if spec.credentials_secret else None
         problem, version = check_credentials(mirror, spec, secret)
-    problem = problem or foreign_objects(mirror, list(existing.values()))
+    in_way = in_the_way(mirror, list(existing.values()))
+    problem = problem or foreign_objects(in_way)
     if problem is not None:
         blocked = problem
         return _reporting(mirror, [], prune=False, summary=f"held back: {blocked.reason}",
                           problems=lambda _outcome: [blocked],
                           workloads=lambda _outcome: workloads,
                           # removing one (as NameConflict asks) runs the mirror again
-                          blocked_by=in_the_way(mirror, list(existing.values())))
+                          blocked_by=in_way)
     size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
     objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,
                                     credentials_version=version)

@@ -9,7 +9,10 @@ Pure: no I/O. The rules every handler gets for free:
 * owned children no longer wanted are **deleted** (uid precondition);
 * an object the parent does not own is written only by an explicit ``patch`` of the fields
   it names, and only where they differ;
-* nothing is written into a namespace being deleted, nor into an object being deleted.
+* nothing is written into a namespace being deleted, nor into an object being deleted;
+* nothing is written into a desired Namespace child that is a conflict (someone else's
+  namespace): its children are conflicts too, held back, so that a spec naming another
+  team's namespace grants nothing there.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ class Plan:
     unchanged: list[Obj] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     skipped: list[Obj] = field(default_factory=list)
+    #: Objects at a child's name that are not the parent's and are being deleted (skipped):
+    #: their deletion, which may be the next event about them, runs the parent again.
+    departing: list[Conflict] = field(default_factory=list)
 
 
 def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
@@ -91,10 +97,12 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
             else:
                 result.actions.append(Action("create", kind, ns, name, body, None, child))
             continue
+        ours = is_ours(existing, uid)
         if (existing.get("metadata") or {}).get("deletionTimestamp"):
             result.skipped.append(body)  # created again once it is gone
+            if not ours:
+                result.departing.append(Conflict(kind, ns, name, "is being deleted"))
             continue
-        ours = is_ours(existing, uid)
         other = _other_controller(ctl, existing) if ours else None
         if other:
             result.conflicts.append(Conflict(kind, ns, name, f"is controller {other}'s child "
@@ -147,7 +155,24 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
         result.actions.append(Action("delete", obj["kind"], ns, meta["name"], None, current))
     for obj in desired.patch:
         _plan_patch(ctl, obj, reads, result)
+    _hold_back_in_foreign_namespaces(result)
     return result
+
+
+def _hold_back_in_foreign_namespaces(result: Plan) -> None:
+    """Children to be written into a desired Namespace that is a conflict (it exists and is
+    not this parent's) are held back as conflicts: the spec named a namespace someone else
+    made, and writing there (a RoleBinding, a quota) would act on theirs. Deletes of the
+    parent's own children stay."""
+    foreign = {c.name for c in result.conflicts if c.kind == "Namespace" and not c.namespace}
+    if not foreign:
+        return
+    held = [a for a in result.actions if a.namespace in foreign and a.verb != "delete"]
+    for action in held:
+        result.actions.remove(action)
+        result.conflicts.append(Conflict(
+            action.kind, action.namespace, action.name,
+            f"held back: Namespace {action.namespace} is not this parent's"))
 
 
 def _plan_patch(ctl: Controller, obj: Obj, reads: Reads, result: Plan) -> None:

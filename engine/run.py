@@ -14,6 +14,7 @@ the latest: a run that a later one has overtaken leaves the status to it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,7 +167,8 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     result = RunResult(key, desired.summary or outcome.summary(), outcome,
                        desired.requeue_after, retry=outcome.retry,
                        unsettled=bool(outcome.conflicts or outcome.errors),
-                       blocked_by=[_in_the_way(o) for o in desired.blocked_by],
+                       blocked_by=[*(_in_the_way(o) for o in desired.blocked_by),
+                                   *the_plan.departing],
                        status_before_writes=bool(outcome.writes) and (
                            isinstance(desired.status, dict)
                            if desired.status_seen_before_writes is None
@@ -249,14 +251,23 @@ def _new_refusals(outcome: Outcome, seen: set[str]) -> list[Note]:
         for e in outcome.refused})
 
 
+#: How authorization words a refusal (``User "..." cannot create resource "x"``); any other
+#: 403 comes from admission: a quota, a Pod Security level, what a storage class allows.
+_RBAC_REFUSAL = re.compile(r'cannot [a-z]+ resource "')
+
+
 def _what_to_do(error: WriteError) -> str:
+    if error.status == 403 and _RBAC_REFUSAL.search(error.message):
+        return "grant the router's ServiceAccount what it names"
     if error.status == 403:
-        return "grant the router's ServiceAccount what it names, or fix the policy that refused it"
+        return ("an admission check refused it (a quota, a policy, what the storage class "
+                "allows): change the spec, or that policy")
     if error.status == 404:
         return "its namespace does not exist"
     if error.status == 409:
         return "another field manager set those fields: it owns them until it gives them up"
-    return "fix what it names in the spec"
+    return ("fix what it names: in the spec, or in the object as edited by hand (server-side "
+            "apply merges with it)")
 
 
 def _report_failure(ctl: Controller, parent: Obj, exc: Exception, writer: Writer,

@@ -103,6 +103,39 @@ def test_object_someone_else_owns_is_a_conflict_never_written() -> None:
     assert not [w for w in world.writes if w[1] == "ConfigMap"]
 
 
+def test_children_in_a_desired_namespace_someone_else_made_are_held_back_not_written() -> None:
+    """A cluster-scoped parent naming a namespace another team made: the Namespace is a
+    conflict, and so is every child that would go into it (a RoleBinding there would grant
+    access to someone else's namespace); its own children elsewhere are still written."""
+    tenant = {"apiVersion": "example.com/v1", "kind": "Tenant",
+              "metadata": {"name": "gamma"}, "spec": {"namespace": "team-gamma"}}
+    ctl = Controller("tenants", parent="example.com/v1/Tenant",
+                     owns=["v1/Namespace", "v1/ConfigMap"], registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        ns = t["spec"]["namespace"]
+        return Desired(children=[
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "access", "namespace": ns}, "data": {"who": "erin"}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "gamma-note", "namespace": "tenants"}, "data": {}}],
+            status=lambda outcome: {"conflicts": sorted(
+                f"{c.kind} {c}: {c.reason}" for c in outcome.conflicts)})
+
+    world = World([tenant, {"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": "team-gamma"}},
+                   {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}}])
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "access", "team-gamma") is None
+    assert world.get("v1/ConfigMap", "gamma-note", "tenants") is not None
+    assert world.get("example.com/v1/Tenant", "gamma")["status"]["conflicts"] == [
+        "ConfigMap team-gamma/access: held back: Namespace team-gamma is not this parent's",
+        "Namespace team-gamma: exists and is not managed by Tenant gamma"]
+    assert not [w for w in world.writes if w[2] == "team-gamma"]
+
+
 def test_adopts_decides_whether_a_foreign_object_is_taken_over() -> None:
     t = team("a", ["ann"])
     world = World([t, roster(t, data={"members": "old"},
@@ -533,7 +566,8 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     refusals = [n for _name, n in world.events if n.reason == "WriteRefused"]
     assert [(n.type, n.message) for n in refusals] == [(
         "Warning", 'the API server refused to create ConfigMap teams/a-roster: ConfigMap '
-        '"a-roster" is invalid: data: Too long: fix what it names in the spec; tried again '
+        '"a-roster" is invalid: data: Too long: fix what it names: in the spec, or in the '
+        "object as edited by hand (server-side apply merges with it); tried again "
         "with backoff (at most every 5 minutes) and whenever something changes")]
     assert world.reconcile(ctl, "a", "teams").unsettled  # so the router tries it again
 
@@ -556,9 +590,30 @@ def test_a_write_refused_by_authorization_says_it_is_tried_again_within_the_shor
     result = world.reconcile(teams_controller(), "a", "teams")
     (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
     assert note.message.endswith(
-        "grant the router's ServiceAccount what it names, or fix the policy that refused it; "
+        "grant the router's ServiceAccount what it names; "
         "tried again with backoff (at most every 30 s) and whenever something changes")
     assert result.unsettled and result.retry_cap == 30.0
+
+
+def test_a_write_refused_by_admission_is_not_blamed_on_the_routers_permissions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim a storage class can not resize is refused 403 by admission, not by RBAC: the
+    Event sent the user to grant permissions the router already had."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
+        raise errors.Forbidden('persistentvolumeclaims "backup" is forbidden: only '
+                               "dynamically provisioned pvc can be resized and the "
+                               "storageclass that provisions the pvc must support resize",
+                               reason="Forbidden")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    world = World([team("a", ["ann"])])
+    world.reconcile(teams_controller(), "a", "teams")
+    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    assert "an admission check refused it" in note.message
+    assert "ServiceAccount" not in note.message
 
 
 def test_a_delete_that_lost_a_race_is_run_again_without_a_warning_event(

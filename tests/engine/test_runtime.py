@@ -283,6 +283,34 @@ def test_the_deletion_of_the_object_blocking_a_child_runs_its_parent_at_once(
     assert engine._squatters == {}  # made: no longer anybody's business
 
 
+def test_an_object_in_the_way_that_is_being_deleted_runs_its_parent_when_it_is_gone(
+        engine: Engine, local_kube: Any, counting: Counting) -> None:
+    """Its deletion first shows as an update with a deletionTimestamp (a finalizer holds
+    it, or a namespace terminates): that run skips the child, and it was then no longer
+    remembered, so the final delete ran nobody and the parent stayed without its child (a
+    TeamNamespace whose namespace another one had held, until the router restarted)."""
+    squatter = local_kube.put({"apiVersion": "v1", "kind": "Secret",
+                               "metadata": {"name": "h-copy", "namespace": NS,
+                                            "finalizers": ["example.com/hold"]},
+                               "stringData": {"v": "x"}})
+    parent = local_kube.put(cm("h", {"v": "1"}))
+    assert submit(engine, "add", parent).wait(20)
+    local_kube.remove("v1", "Secret", "h-copy", NS)
+    held = local_kube.get("v1", "Secret", "h-copy", NS)
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    informer = engine.cache.informer("v1", "Secret")
+    assert informer is not None and wait_until(lambda: informer.holds(held), 10)
+    assert submit(engine, "update", held).wait(20)
+    assert counting.runs == ["h", "h"]
+    local_kube.put({**held, "metadata": {**held["metadata"], "finalizers": []}})
+    assert local_kube.get("v1", "Secret", "h-copy", NS) is None
+    ticket, _ = engine.submit(Event.for_object("delete", squatter))
+    assert ticket.wait(20)
+    assert {key for _name, key in ticket.results} == {Key(NS, "h")}
+    assert (local_kube.get("v1", "Secret", "h-copy", NS) or {}).get(
+        "metadata", {}).get("ownerReferences")
+
+
 def test_an_object_in_the_way_of_two_parents_runs_both_when_it_goes(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     """A user's handler may give two parents' children one name: the object in the way of

@@ -8,6 +8,7 @@ and never see HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from eventop.kube.connection import api_client, configuration
 from eventop.kube.managed_fields import upgrade_patch
 from eventop.kube.metrics import KUBE_REQUESTS, resource_label
 from eventop.kube.objects import kube_event, now_rfc3339, status_changed
+from eventop.kube.recent import Recent
 from eventop.kube.resources import Resource, ResourceTable, is_custom
 
 log = logging.getLogger("eventop.kube")
@@ -33,6 +35,7 @@ JSON = "application/json"
 LIST_METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 WATCH_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+EVENT_CACHE = 4096  # Events whose count this process knows (client-go's recorder: 4096)
 EVENT_TRIES = 5  # an Event's post or count, raced by another replica's
 
 Obj = dict[str, Any]
@@ -56,6 +59,9 @@ class Kube:
         self.timeout = timeout
         self.resources = ResourceTable()
         self._siblings: dict[str, Kube] = {field_manager: self}
+        #: The count and resourceVersion of each Event this process posted (client-go's
+        #: event cache): a repeat is one PATCH, not a create refused 409, a read, a patch.
+        self._event_counts: Recent[tuple[str, str], tuple[int, str]] = Recent(EVENT_CACHE)
 
     # -- construction --------------------------------------------------------------
 
@@ -78,6 +84,7 @@ class Kube:
             sibling = Kube(self.api, field_manager=field_manager, timeout=self.timeout)
             sibling.resources = self.resources
             sibling._siblings = self._siblings
+            sibling._event_counts = self._event_counts
             self._siblings[field_manager] = sibling
         return sibling
 
@@ -448,7 +455,11 @@ class Kube:
         """Record a Kubernetes Event about ``involved``; repeats bump ``count``.
 
         Best effort, like client-go's recorder: a failure to record is logged, never
-        raised, so reporting can not break a reconcile.
+        raised, so reporting can not break a reconcile. As client-go's, a repeat of an
+        Event this process posted is one PATCH of its count (on the version it wrote: a
+        count another replica made meanwhile is a 409, then a read, not a lost increment);
+        one posted before this process, or expired, costs a create, and a read and a
+        patch when the create finds it there.
         """
         event = kube_event(involved, event_type, reason, message, now_rfc3339(),
                            component=component,
@@ -456,31 +467,44 @@ class Kube:
         meta, name, ns = involved.get("metadata") or {}, event["metadata"]["name"], \
             event["metadata"]["namespace"]
         try:
-            for attempt in range(EVENT_TRIES):
-                try:
-                    self.create(event)
-                    return
-                except errors.Conflict:  # posted before (its name is derived from it)
-                    pass
-                # Count it, on the version read: another replica counting the same repeat
-                # meanwhile is a 409 and a fresh read, not a lost increment.
-                existing = self.get_or_none("v1", "Event", name, ns)
-                if existing is None:
-                    continue  # expired between the two requests: post it anew
-                try:
-                    self.patch("v1", "Event", name, ns, {
-                        "metadata": {"resourceVersion":
-                                     existing["metadata"].get("resourceVersion")},
-                        "count": int(existing.get("count") or 1) + 1,
-                        "lastTimestamp": event["lastTimestamp"]})
-                    return
-                except (errors.Conflict, errors.NotFound):
-                    if attempt == EVENT_TRIES - 1:
-                        raise
-            raise errors.Conflict(f"Event {ns}/{name} kept being posted and expiring")
+            known = self._event_counts.get((ns, name))
+            stored = None
+            if known is not None:
+                count, version = known
+                # (a 409: counted by someone else meanwhile; a 404: expired, an hour)
+                with contextlib.suppress(errors.Conflict, errors.NotFound):
+                    stored = self.patch("v1", "Event", name, ns, {
+                        "metadata": {"resourceVersion": version},
+                        "count": count + 1, "lastTimestamp": event["lastTimestamp"]})
+            stored = stored or self._post_or_count(event, name, ns)
+            self._event_counts.put((ns, name), (int(stored.get("count") or 1), str(
+                (stored.get("metadata") or {}).get("resourceVersion"))))
         except errors.KubeError as exc:
             log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
                         message, exc)
+
+    def _post_or_count(self, event: Obj, name: str, ns: str) -> Obj:
+        """Create the Event, or bump the count of the one of its name; what is stored."""
+        for attempt in range(EVENT_TRIES):
+            try:
+                return self.create(event)
+            except errors.Conflict:  # posted before (its name is derived from it)
+                pass
+            # Count it, on the version read: another replica counting the same repeat
+            # meanwhile is a 409 and a fresh read, not a lost increment.
+            existing = self.get_or_none("v1", "Event", name, ns)
+            if existing is None:
+                continue  # expired between the two requests: post it anew
+            try:
+                return self.patch("v1", "Event", name, ns, {
+                    "metadata": {"resourceVersion":
+                                 existing["metadata"].get("resourceVersion")},
+                    "count": int(existing.get("count") or 1) + 1,
+                    "lastTimestamp": event["lastTimestamp"]})
+            except (errors.Conflict, errors.NotFound):
+                if attempt == EVENT_TRIES - 1:
+                    raise
+        raise errors.Conflict(f"Event {ns}/{name} kept being posted and expiring")
 
     # -- health ----------------------------------------------------------------------
 

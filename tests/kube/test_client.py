@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections import Counter
 
 import pytest
 
 from eventop.kube import Kube, NotFound, Unavailable
 from eventop.kube.errors import Conflict
+from eventop.kube.metrics import KUBE_REQUESTS
 from eventop.localkube import LocalKube
 
 EVENTOP_KINDS = {("eventop.dev/v1", "CopyRule"), ("eventop.dev/v1", "ExchangeRate"),
@@ -136,6 +138,38 @@ def test_an_event_posted_again_by_several_writers_at_once_counts_every_repeat(
     events = [e for e in kube.list("v1", "Event", "default")
               if e["involvedObject"]["name"] == "counted-event"]
     assert [e["count"] for e in events] == [11]
+
+
+def test_a_repeat_of_an_event_this_process_posted_is_one_patch(kube: Kube) -> None:
+    """As client-go's recorder: a failed refresh reports a Warning on every ExchangeRate,
+    and each repeat cost a create refused 409, a read and a patch (3 requests, not 1)."""
+    cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": "repeated-event", "namespace": "default"}})
+    kube.post_event(cm, "Warning", "Testing", "again")
+    before = _requests()
+    kube.post_event(cm, "Warning", "Testing", "again")
+    kube.post_event(cm, "Warning", "Testing", "again")
+    assert _requests() - before == Counter({("patch", "events", "200"): 2})
+    [event] = [e for e in kube.list("v1", "Event", "default")
+               if e["involvedObject"]["name"] == "repeated-event"]
+    assert event["count"] == 3
+    kube.delete("v1", "Event", event["metadata"]["name"], "default")  # expired
+    kube.post_event(cm, "Warning", "Testing", "again")
+    [event] = [e for e in kube.list("v1", "Event", "default")
+               if e["involvedObject"]["name"] == "repeated-event"]
+    assert event["count"] == 1
+
+
+def _requests() -> Counter[tuple[str, str, str]]:
+    """Requests made so far, by (verb, resource, code), from the client's own metric."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for metric in KUBE_REQUESTS.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                labels = sample.labels
+                counts[(labels.get("verb", ""), labels.get("resource", ""),
+                        labels.get("code", ""))] += int(sample.value)
+    return counts
 
 
 def test_status_is_patched_only_when_a_key_differs_and_a_gone_object_is_no_error(

@@ -194,6 +194,9 @@ class Controllers(_Base):
             self._schemas.pop(res.key, None)
 
     def _publish_root_ca(self, ns: str) -> None:
+        namespace = self._namespace(ns)
+        if namespace is None or namespace["metadata"].get("deletionTimestamp"):
+            return  # gone or going already (a dangling owner collected at once, gc_dangling)
         res = self.resource("v1", "ConfigMap")
         if self._record(res, ns, "kube-root-ca.crt") is None:
             self.create(res, ns, {

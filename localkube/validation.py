@@ -92,8 +92,25 @@ def _qualified_name_errors(key: str) -> list[str]:
     return out
 
 
+#: Kinds whose names are path segments (apimachinery's ValidatePathSegmentName), not DNS
+#: names: RBAC's, whose built-in objects are named ``system:controller:...``.
+PATH_SEGMENT_NAMED = frozenset({("rbac.authorization.k8s.io", "Role"),
+                                ("rbac.authorization.k8s.io", "ClusterRole"),
+                                ("rbac.authorization.k8s.io", "RoleBinding"),
+                                ("rbac.authorization.k8s.io", "ClusterRoleBinding")})
+
+
+def _path_segment_errors(name: str) -> list[str]:
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
 def validate_name(res: ResourceType, name: str) -> list[Obj]:
-    """metadata.name rules of the kind (label, DNS-1035 label or subdomain)."""
+    """metadata.name rules of the kind (label, DNS-1035 label, subdomain or path segment)."""
+    if (res.group, res.kind) in PATH_SEGMENT_NAMED:
+        return [cause("FieldValueInvalid", "metadata.name", f"Invalid value: {_q(name)}: {m}")
+                for m in _path_segment_errors(name)]
     if res.kind == "Namespace":
         regex, msg, limit = DNS1123_LABEL, MSG_LABEL, 63
     elif res.kind == "Service":

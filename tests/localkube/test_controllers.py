@@ -8,6 +8,7 @@ import pytest
 
 from eventop.kube import Kube, errors
 from eventop.localkube import LocalKube
+from eventop.testing.waiting import wait_until
 from tests.localkube.support import REPO, Http, cm
 
 
@@ -195,6 +196,19 @@ def test_with_gc_dangling_objects_with_a_missing_or_foreign_owner_are_collected(
         half = kube.get("v1", "ConfigMap", "half", "default")
     assert names == {"owner", "half", "fine", "kube-root-ca.crt"}
     assert [r["uid"] for r in half["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]
+
+
+def test_a_namespace_with_a_dangling_owner_is_created_then_collected() -> None:
+    """As the real server answers 201 and its garbage collector removes the namespace later:
+    a recorded team namespace owned by a parent of another run replays (the root-CA
+    publisher crashed the put when the namespace went at once)."""
+    with LocalKube(crd_dir=REPO / "crds", gc_dangling=True) as server:
+        stored = server.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": "team-delta", "ownerReferences": [{
+                "apiVersion": "example.com/v1", "kind": "TeamNamespace", "name": "delta",
+                "uid": "no-such-uid", "controller": True}]}})
+        assert stored["metadata"]["name"] == "team-delta"
+        assert wait_until(lambda: server.get("v1", "Namespace", "team-delta") is None, 10)
 
 
 def test_foreground_deletion_removes_dependents_before_the_owner(lk: LocalKube, k: Kube,

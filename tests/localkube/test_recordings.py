@@ -164,3 +164,14 @@ def test_a_fresh_server_lists_the_namespaces_and_root_ca_configmaps_of_a_fresh_c
     ours = next(i for i in cms if i["metadata"]["namespace"] == "default")
     assert ours["metadata"]["annotations"] == root["metadata"]["annotations"]
     assert shape(ours) == shape(root)
+
+
+def test_rbac_names_are_path_segments_refused_only_as_the_recorded_422(http: Http) -> None:
+    """The real server keeps its own RoleBindings as ``system:controller:...``: a recording
+    of them must replay; only '.', '..' and names with '/' or '%' are refused."""
+    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    for name in ("system:controller:bootstrap-signer", "Upper_Case"):
+        assert http.call("POST", path, {"metadata": {"name": name}, "roleRef": ref})[0] == 201
+    status, body = http.call("POST", path, {"metadata": {"name": ".."}, "roleRef": ref})
+    assert (status, body) == (422, recording("errors/create-422-rbac-name.json"))

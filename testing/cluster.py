@@ -15,6 +15,7 @@ apply``), :meth:`Cluster.get`/:meth:`Cluster.list` read it for assertions, and
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from eventop.kube import Kube
+from eventop.kube import Kube, KubeError
 from eventop.testing.waiting import wait_until
 
 Obj = dict[str, Any]
@@ -97,6 +98,12 @@ class Cluster:
         if not value:
             raise TimeoutError(f"{what} not reached within {timeout:g}s")
         return value
+
+    def delete_made(self, timeout: float = 60.0) -> list[str]:
+        """Delete what this test put that was not there before (a real cluster outlives the
+        test; a local one is thrown away: nothing to do), and wait until it is gone; the
+        objects still there after ``timeout``, named."""
+        return []
 
     def close(self) -> None:
         """Stop what this cluster object started."""
@@ -177,6 +184,8 @@ class RealCluster(Cluster):
         self.world = self.kube.for_manager(self.FIELD_MANAGER)
         self.url = self.kube.host
         self.env = {"KUBECONFIG": kubeconfig}
+        #: What :meth:`put` created, in order: :meth:`delete_made` removes it.
+        self._made: list[tuple[str, str, str, str | None]] = []
         self.install_crds(crds)
 
     def install_crds(self, crds: Iterable[str | Path]) -> None:
@@ -208,10 +217,27 @@ class RealCluster(Cluster):
         body = world_copy(obj)
         body["metadata"].pop("uid", None)
         body.pop("status", None)
+        slot = (str(body["apiVersion"]), str(body["kind"]), str(body["metadata"]["name"]),
+                body["metadata"].get("namespace"))
+        if slot not in self._made and self.world.get_or_none(*slot) is None:
+            self._made.append(slot)  # not someone's object the test only changed
         return self.world.apply(body, force=True)
+
+    def delete_made(self, timeout: float = 60.0) -> list[str]:
+        made, self._made = self._made[::-1], []
+        for slot in made:  # newest first: a namespace after what the test put in it
+            with contextlib.suppress(KubeError):
+                self.world.delete(*slot)
+
+        def left() -> list[tuple[str, str, str, str | None]]:
+            return [s for s in made if self.world.get_or_none(*s) is not None]
+
+        wait_until(lambda: not left(), timeout, interval=0.2)
+        return [f"{kind} {f'{ns}/' if ns else ''}{name}" for _, kind, name, ns in left()]
 
     def remove(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                timeout: float = 120.0) -> None:
+        self._made = [s for s in self._made if s != (api_version, kind, name, namespace)]
         if not self.world.delete(api_version, kind, name, namespace):
             return
         self.wait_for(lambda: self.world.get_or_none(api_version, kind, name, namespace) is None,

@@ -12,7 +12,8 @@ Fixtures (each per test):
 
 * ``eventop_cluster``: an API server (:class:`eventop.testing.Cluster`): a fresh local one
   with your CRDs, or, when ``EVENTOP_TEST_KUBECONFIG`` names a kubeconfig, that real cluster
-  (your CRDs applied there);
+  (your CRDs applied there; what the test ``put`` there, and was not there before, is
+  deleted after it, while the router still runs, so that your finalizers are let go);
 * ``eventop_router``: the router running your handlers against it (:class:`Pipeline`): you
   post events, or replay a recording in order, shuffled or duplicated;
 * ``eventop_pipeline``: the router and the watcher: you change the cluster, the watcher
@@ -28,6 +29,7 @@ test runs that do not use it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 
 KUBECONFIG_VARIABLE = "EVENTOP_TEST_KUBECONFIG"
+DELETE_WAIT = 60.0  # how long what a test put into a real cluster may take to go
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,7 +93,18 @@ def eventop_cluster(eventop_crds: list[Path]) -> Iterator[Any]:
     try:
         yield cluster
     finally:
-        cluster.close()
+        try:
+            _delete_made(cluster)
+        finally:
+            cluster.close()
+
+
+def _delete_made(cluster: Any) -> None:
+    """What the test put into a real cluster goes with the test (warned about if it stays)."""
+    left = cluster.delete_made(DELETE_WAIT)
+    if left:
+        warnings.warn(f"eventop test kit: still there {DELETE_WAIT:g}s after the test "
+                      f"deleted them: {', '.join(left)} (held by a finalizer?)", stacklevel=1)
 
 
 def _pipeline(request: pytest.FixtureRequest, cluster: Any, watcher: bool) -> Iterator[Any]:
@@ -108,7 +122,10 @@ def _pipeline(request: pytest.FixtureRequest, cluster: Any, watcher: bool) -> It
     try:
         yield pipeline
     finally:
-        pipeline.close()
+        try:
+            _delete_made(cluster)  # while the router runs: it lets go of its finalizers
+        finally:
+            pipeline.close()
 
 
 @pytest.fixture

@@ -105,3 +105,26 @@ def want(cm, reads):
                              "name": "alice"}]}
     return Desired([quota, binding])
 '''
+
+
+def test_what_a_test_put_into_a_real_cluster_goes_with_it_and_nothing_else(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    """A kit run against a real cluster left the test's parents (and what they owned)
+    behind, to collide with the next run. The local API server stands in for the real one
+    here, reached through a kubeconfig as a real one is."""
+    from eventop.testing import RealCluster
+
+    theirs = cluster.put({**CM, "metadata": {"name": "theirs", "namespace": "default"}})
+    real = RealCluster(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    real.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kit-made"}})
+    real.put({**CM, "metadata": {"name": "mine", "namespace": "kit-made"}})
+    real.put({**theirs, "data": {"changed": "by the test"}})  # existed before: kept
+    real.put({**CM, "metadata": {"name": "removed", "namespace": "default"}})
+    real.remove("v1", "ConfigMap", "removed", "default")
+    assert real.delete_made(10) == []
+    assert cluster.get("v1", "Namespace", "kit-made") is None
+    assert cluster.get("v1", "ConfigMap", "theirs", "default") is not None
+    held = {**CM, "metadata": {"name": "held", "namespace": "default",
+                               "finalizers": ["example.com/hold"]}}
+    real.put(held)
+    assert real.delete_made(0.5) == ["ConfigMap default/held"]

@@ -52,7 +52,8 @@ def test_the_readme_takes_a_new_user_from_a_handler_to_its_result_in_the_log(
     install = next(text for lang, text in blocks if lang == "sh" and "pip install" in text)
     files = {m.group(1): text for _, text in blocks
              if (m := re.match(r"# my-operator/(\S+)\n", text))}
-    assert set(files) == {"handler.py", "pytest.ini", "test_handler.py"}
+    assert set(files) == {"handler.py", "pytest.ini", "test_handler.py", "teams.py"}
+    del files["teams.py"]  # the desired-state example: its own test below
     run_tests = next(text for lang, text in blocks
                      if lang == "sh" and text.strip().startswith("python -m pytest"))
     run_by_hand = next(text for lang, text in blocks if text.startswith("# my-operator: run"))
@@ -99,3 +100,26 @@ def test_the_readme_takes_a_new_user_from_a_handler_to_its_result_in_the_log(
     finally:
         with contextlib.suppress(ProcessLookupError):  # the API server, router and watcher
             os.killpg(started.pid, signal.SIGTERM)
+
+
+def test_the_readmes_desired_state_controller_makes_the_roster_and_refuses_a_duplicate(
+        tmp_path: Path) -> None:
+    """The section's second handler, as written there, run by the engine's in-memory World."""
+    from eventop.engine.testing import World
+    from eventop.handlers import load
+
+    [text] = [text for _, text in readme_blocks() if text.startswith("# my-operator/teams.py")]
+    (tmp_path / "teams.py").write_text(text)
+    registry = load(str(tmp_path / "teams.py"), builtin="none")
+    [ctl] = registry.controllers
+    team = {"apiVersion": "example.com/v1", "kind": "Team",
+            "metadata": {"name": "a", "namespace": "teams"}, "spec": {"members": ["ann"]}}
+    world = World([team])
+    world.converge(ctl)
+    assert world.get("v1/ConfigMap", "a-roster", "teams")["data"] == {"members": "ann"}
+    assert world.get("example.com/v1/Team", "a", "teams")["status"] == {
+        "members": 1, "conflicts": []}
+    world.put({**team, "spec": {"members": ["ann", "ann"]}})
+    world.converge(ctl)
+    [ready] = world.get("example.com/v1/Team", "a", "teams")["status"]["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "DuplicateMember")

@@ -103,7 +103,8 @@ class Engine:
         self.settings = settings or EngineSettings()
         kinds = merge_kinds([k for c in self.controllers.values() for k in c.kinds()])
         self.cache = cache or Cache(kube, [InformerSpec(k.api_version, k.kind, k.metadata_only,
-                                                        k.selector) for k in kinds.values()])
+                                                        k.selector, k.optional)
+                                           for k in kinds.values()])
         # With several handlers, none holds more than half of the workers (as the watcher's
         # delivery gives a kind at most half of its lanes): a slow one never stalls the rest.
         share = max(1, self.settings.workers // 2) if len(self.controllers) > 1 \

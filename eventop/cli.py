@@ -182,7 +182,25 @@ def kubeconfig_files(value: str, source: str) -> list[str]:
     existing = [p for p in paths if os.path.isfile(p)]
     if paths and not existing:
         raise ConfigError(f"{source}: no such file {', '.join(paths)}")
+    for path in existing:
+        _check_kubeconfig(path, source)
     return existing
+
+
+def _check_kubeconfig(path: str, source: str) -> None:
+    """A file that is not a kubeconfig at all: the client's loader fails on it with a bare
+    ``TypeError: 'str' object does not support item assignment``."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # the loader's own message says where (the callers make it one line)
+    if loaded is not None and not (isinstance(loaded, dict) and (
+            {"clusters", "contexts", "users", "current-context"} & set(loaded))):
+        raise ConfigError(f"{source}: {path} is not a kubeconfig (a YAML mapping with "
+                          "clusters, users and contexts, as `kubectl config view` shows)")
 
 
 # -- flags with an environment variable ---------------------------------------------------

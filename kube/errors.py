@@ -152,3 +152,9 @@ def from_response(status: int, body: bytes, what: str) -> KubeError:
     if cls is None:
         cls = Unavailable if status >= 500 or status in (408, 429) else KubeError
     return cls(message, status=status, reason=reason, body=parsed)
+
+
+#: Said beside a 403's hint: a kube-apiserver refuses everyone for a second or two after it
+#: starts, until its RBAC informers have synced (seen after every restart in the trials).
+JUST_STARTED = ("unless the API server has just started: it refuses everyone until its "
+                "authorization data is loaded, a few seconds")

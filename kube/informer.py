@@ -26,6 +26,7 @@ log = logging.getLogger("eventop.kube.informer")
 
 Obj = dict[str, Any]
 FORBIDDEN_HINT = "grant list and watch on it to the router's ServiceAccount, see deploy/"
+OPTIONAL_MISSING_RETRY = 60.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class InformerSpec:
     kind: str
     metadata_only: bool = False
     selector: str | None = None
+    #: An add-on's kind the cluster may never serve (the snapshot API): looked for once a
+    #: minute, not every ``missing_retry`` (one discovery 404 every 10 s, forever, per
+    #: replica); an event of it still makes the informer look at once.
+    optional: bool = False
 
     def __str__(self) -> str:
         return f"{self.api_version}/{self.kind}"
@@ -53,7 +58,8 @@ class Informer(Sink):
         self.on_change = on_change
         self.spec = spec
         self.stop = stop
-        self.missing_retry = missing_retry
+        self.missing_retry = max(missing_retry, OPTIONAL_MISSING_RETRY) if spec.optional \
+            else missing_retry
         self.store: Store | None = None
         #: The API server does not serve the kind (its CRD is not installed): retried.
         self.missing = False

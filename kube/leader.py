@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.kube import Conflict, Kube, KubeError, NotFound
+from eventop.kube.errors import JUST_STARTED
 
 log = logging.getLogger("eventop.kube.leader")
 
@@ -133,7 +134,8 @@ class LeaderElector:
                     return True
                 if not waiting_logged:
                     log.info("standing by: lease %s/%s is held by %s", self.namespace,
-                             self.name, self._observed[0] if self._observed else "?")
+                             self.name, self._observed[0] if self._observed
+                             else "another candidate, which took it as this one tried")
                     waiting_logged = True
                 failed = ""
             except KubeError as exc:
@@ -151,7 +153,7 @@ class LeaderElector:
             return (f"check that the namespace {self.namespace} exists: the Lease is created "
                     "in it")
         return (f"check that this service account may get, create and update leases in "
-                f"{self.namespace}")
+                f"{self.namespace}, {JUST_STARTED}")
 
     def hold(self, on_lost: Callable[[], Any]) -> None:
         """Renew in the background; ``on_lost`` once renewing failed past the deadline."""

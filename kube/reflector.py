@@ -45,7 +45,7 @@ from prometheus_client import Counter
 
 from eventop.kube.backoff import Backoff
 from eventop.kube.client import Kube
-from eventop.kube.errors import ContinueExpired, KubeError, Unavailable
+from eventop.kube.errors import JUST_STARTED, ContinueExpired, KubeError, Unavailable
 from eventop.kube.resources import Resource
 
 log = logging.getLogger("eventop.kube.reflector")
@@ -482,7 +482,7 @@ def describe(exc: BaseException, kube: Kube, hint: str = "") -> str:
     if isinstance(exc, KubeError):
         if exc.status == 403:
             hint = hint or "grant list and watch on it to this ServiceAccount, see deploy/"
-            return f"forbidden: {exc.message} ({hint})"
+            return f"forbidden: {exc.message} ({hint}; {JUST_STARTED})"
         if exc.status == 404:
             message = " ".join(str(exc.message).split())  # "404 page not found\n"
             if "?" in message:  # it says what to check already

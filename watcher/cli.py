@@ -249,8 +249,9 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
     typo, not a CRD still to be installed: waiting for it would retry forever. A resource of
     a dotted group is left to the watch loop, which waits until its CRD is installed. A
     selector is tried with a one-item list (the API server's own parser: ``app in (a`` is a
-    400 that every retry would get again). An API server that cannot be reached yet is left
-    to the watch loop too.
+    400 that every retry would get again). An API server that cannot be reached yet, and a
+    refusal of the watcher's credentials (401, 403: a grant may come), are left to the watch
+    loop too, which logs what to do and retries.
     """
     for spec in specs:
         try:
@@ -265,6 +266,8 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
             if exc.status == 400:
                 raise ConfigError(f"resource {spec}: the API server refuses the label selector "
                                   f"{spec.label_selector!r}: {exc.message}") from None
+            if exc.status in (401, 403):
+                continue  # a grant (or a token) may come: the watch loop says what to do
             if exc.status != 404:
                 raise
             if "." in spec.group:

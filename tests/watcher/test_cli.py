@@ -235,6 +235,20 @@ def test_a_label_selector_the_api_server_refuses_is_one_line_at_start(kube) -> N
     check_resources(kube, [ResourceSpec.parse("v1/configmaps:app in (a,b)")])
 
 
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_selected_resource_the_watchers_credentials_may_not_list_is_left_to_the_watch_loop(
+        kube, monkeypatch: pytest.MonkeyPatch, status: int) -> None:
+    """A ServiceAccount trimmed of StatefulSets (selected by the mirrors' label) crashed the
+    watcher with a traceback; unselected resources got the watch loop's retry line."""
+    from eventop.kube import errors
+
+    def refused(*_args, **_kwargs):
+        raise errors.KubeError(f"{status} refused", status=status)
+
+    monkeypatch.setattr(kube, "pages", refused)
+    check_resources(kube, [ResourceSpec.parse("apps/v1/statefulsets:app=x")])
+
+
 def test_an_unreachable_api_server_is_waited_for_at_start() -> None:
     """The API server may come up after the watcher (it then retries with backoff)."""
     from eventop.kube import Kube
@@ -325,6 +339,21 @@ def test_names_no_object_can_have_are_refused_at_start(capsys, args: list[str],
         status = exited.code  # type: ignore[assignment]
     assert status == 2
     assert capsys.readouterr().err.startswith(f"python -m eventop.watcher run: error: {said}")
+
+
+def test_a_file_that_is_no_kubeconfig_at_all_is_named_in_one_line(capsys, tmp_path,
+                                                                    monkeypatch) -> None:
+    """KUBECONFIG=/etc/passwd read "TypeError: 'str' object does not support item
+    assignment": true, and no help."""
+    config = tmp_path / "passwd"
+    config.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.delenv("EVENTOP_KUBE_URL", raising=False)
+    assert main(["run", "--sink", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"python -m eventop.watcher run: error: --kubeconfig/KUBECONFIG: {config} "
+                   "is not a kubeconfig (a YAML mapping with clusters, users and contexts, as "
+                   "`kubectl config view` shows)\n")
 
 
 def test_a_malformed_kubeconfig_is_said_in_one_line(capsys, tmp_path, monkeypatch) -> None:

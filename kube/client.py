@@ -480,8 +480,13 @@ class Kube:
             self._event_counts.put((ns, name), (int(stored.get("count") or 1), str(
                 (stored.get("metadata") or {}).get("resourceVersion"))))
         except errors.KubeError as exc:
-            log.warning("could not record Event %s/%s (%s): %s", reason, meta.get("name"),
-                        message, exc)
+            # An Event about an object in a namespace being deleted can not be recorded, and
+            # nobody would read it: not worth a warning per object (a trial's namespace of
+            # mirrors logged eight).
+            terminating = exc.status == 403 and "being terminated" in str(exc.message)
+            log.log(logging.DEBUG if terminating else logging.WARNING,
+                    "could not record Event %s/%s (%s): %s", reason, meta.get("name"),
+                    message, exc)
 
     def _post_or_count(self, event: Obj, name: str, ns: str) -> Obj:
         """Create the Event, or bump the count of the one of its name; what is stored."""

@@ -3,6 +3,7 @@ error mapping."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections import Counter
@@ -303,3 +304,18 @@ def test_every_request_is_counted_under_the_field_manager_of_the_handler_that_ma
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": "counted", "namespace": "default"}})
     assert count("eventop-tenants") == before + 1
+
+
+def test_an_event_into_a_namespace_being_deleted_is_no_warning(
+        kube: Kube, local_kube, caplog: pytest.LogCaptureFixture) -> None:
+    """Nobody reads it, and the API server refuses it: a namespace of mirrors being deleted
+    logged one warning per object."""
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}})
+    held = local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "held", "namespace": "doomed",
+                                        "finalizers": ["example.com/hold"]}})
+    local_kube.remove("v1", "Namespace", "doomed")
+    with caplog.at_level(logging.DEBUG, logger="eventop.kube"):
+        kube.post_event(held, "Warning", "Testing", "too late")
+    [record] = [r for r in caplog.records if "could not record Event" in r.getMessage()]
+    assert record.levelno == logging.DEBUG and "being terminated" in record.getMessage()

@@ -13,7 +13,8 @@ What starts a run:
   restored, from the last answer if a refresh gave one moments ago, else fetched;
 * the scheduled refresh (``dev.eventop.exchangerates.refresh`` from the CronJob,
   ``dev.knative.sources.ping`` from the PingSource): every ExchangeRate, with ONE provider
-  request per base currency.
+  request per base currency (none for a base the provider answered or failed for within
+  the last minute: a refresh delivered again reuses that, see :mod:`.fetch`).
 
 Provider failures never fail the event, and the ConfigMap keeps the last good rate (status
 holds that answer: a ConfigMap deleted or edited during an outage is written back from
@@ -23,8 +24,9 @@ already reports is no reason to ask the sender for redelivery (each retry would 
 delivery slot and a router thread for the provider's own retries); the next change of the
 object, and the next scheduled refresh, ask again; an ExchangeRate that has no rate yet (its
 first fetch met an outage) is also asked again every minute, instead of staying empty until
-the hourly refresh. Kubernetes API failures do fail the run
-(retried with backoff; the event is answered 5xx).
+the hourly refresh. A failure is reused for a minute by every run of its base (see
+:mod:`.fetch`), so an outage costs requests per base, not per ExchangeRate. Kubernetes
+API failures do fail the run (retried with backoff; the event is answered 5xx).
 
 A deleted ExchangeRate's ConfigMap carries an ownerReference, so the garbage collector
 removes it; :func:`exchange_rate_deleted` (an event function) also deletes it at once (uid
@@ -51,6 +53,7 @@ from eventop.handlers.exchange_rates.desired import (
     decided_at,
     desired,
     earlier_ones,
+    good_since,
     is_converged,
     written_at,
 )
@@ -79,11 +82,13 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
     cm = reads.get(CONFIGMAP, meta["name"], meta["namespace"])
     answers = fetch.answers()
     # Not an answer older than what the status or the ConfigMap already holds (another
-    # replica's refresh writes the ConfigMap first: its status may not be cached yet).
-    answer = answers.recent(base_of(cr), currency_of(cr),
-                            not_before=max(decided_at(cr), written_at(cm)))
+    # replica's refresh writes the ConfigMap first: its status may not be cached yet), nor
+    # a failure older than good news they hold.
+    since = {"not_before": max(decided_at(cr), written_at(cm)),
+             "failure_not_before": good_since(cr, cm)}
+    answer = answers.recent(base_of(cr), currency_of(cr), **since)
     if answer is None and not is_converged(cr, cm):
-        answer = answers.fetch(base_of(cr), currency_of(cr))
+        answer = answers.fetch(base_of(cr), currency_of(cr), **since)
     return desired(cr, cm, answer, now_rfc3339())
 
 
@@ -99,8 +104,10 @@ def refresh(event: Event, reads: Reads) -> list[Obj]:
         except SpecError:
             continue  # its run reports it, without asking the provider
         wanted.setdefault(base_of(cr), set()).add(currency_of(cr))
-    fetch.answers().refresh(wanted)
-    log.info("refresh: %d ExchangeRate(s), %d provider request(s)", len(crs), len(wanted))
+    asked = fetch.answers().refresh(wanted)
+    # (bases, not HTTP requests: each base is one request plus the client's retries)
+    log.info("refresh: %d ExchangeRate(s), %d base(s) asked of the provider, %d answered "
+             "from the last %gs", len(crs), len(asked), len(wanted) - len(asked), fetch.TTL)
     return crs
 
 

@@ -6,8 +6,10 @@ The rules every path shares (an ExchangeRate changed; the scheduled refresh of t
   differ from what it holds, or our labels/ownerReference are missing. ``fetchedAt`` alone
   never causes a write: it records when the values it sits next to were fetched, so
   workloads that restart on ConfigMap changes restart only when the ECB publishes a new
-  rate, not every hour. It holds exactly those keys (written by replace, with a
-  resourceVersion precondition);
+  rate, not every hour. Those keys and ``fetchedAt`` are all eventop writes (by replace,
+  with a resourceVersion precondition), but a key added by hand is no difference (only
+  those keys are compared, :func:`same_values`): it stays until the next write, which
+  replaces ``data`` as a whole and so drops it;
 * on a provider failure the ConfigMap keeps the last good rate: status holds that answer
   (``rate``, ``base``, ``currency``, ``date``, ``source``, ``lastSuccessfulFetch``), so a
   ConfigMap deleted or edited during an outage is written back from it, as a controller
@@ -19,6 +21,10 @@ The rules every path shares (an ExchangeRate changed; the scheduled refresh of t
   status holds for this base and currency is not written (``Ready=True``, reason
   ``StaleAnswer``, see :func:`stale`). A bad rate for this currency in an answer that is
   otherwise good fails only this ExchangeRate (``MalformedAnswer``), as a missing one does;
+* an answer dated after tomorrow is not a rate (``ImplausibleDate``, handled like a
+  malformed answer: the last good rate is kept, see :func:`implausible`). Were it written,
+  the rule above would refuse every real answer after it until that date; for the same
+  reason a held date after tomorrow (written by an older version) does not count as "newer";
 * a ConfigMap of the same name that eventop does not manage is never written
   (``ConfigMapConflict``); one an earlier ExchangeRate of this name left (deleted and created
   again before the garbage collector ran) is taken over, its old controller reference
@@ -33,6 +39,8 @@ A spec no provider can answer (a rate of a currency against itself) raises the e
 
 from __future__ import annotations
 
+from datetime import date as Date
+from datetime import timedelta
 from typing import Any
 
 from eventop.engine import Child, Desired, Note, Outcome, SpecError
@@ -174,6 +182,18 @@ def decided_at(cr: Obj) -> str:
                str(ready.get("lastTransitionTime") or ""))
 
 
+def good_since(cr: Obj, cm: Obj | None) -> str:
+    """When good news about ``cr`` was last known (RFC 3339; "" if never): its last
+    successful fetch, its ``Ready=True`` (a stale answer keeps the held rate good), or its
+    ConfigMap's ``fetchedAt`` (another replica writes that first). A provider failure older
+    than that is not worth reporting; one newer than a failure status is the same news."""
+    status = cr.get("status") or {}
+    ready = get_condition(status, "Ready") or {}
+    return max(str(status.get("lastSuccessfulFetch") or ""), written_at(cm),
+               str(ready.get("lastTransitionTime") or "") if ready.get("status") == "True"
+               else "")
+
+
 def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: str) -> Desired:
     """The ConfigMap and status for ``cr``, whose ConfigMap is ``cm`` (as cached), given the
     provider's ``answer`` (None: nothing new to write, the ExchangeRate is converged)."""
@@ -196,8 +216,11 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
     if cm is not None and not is_ours(cm, cr):
         # (its deletion, which the message asks for, runs this ExchangeRate again)
         return failed(cr, "ConfigMapConflict", _taken(cr), now, blocked_by=cm)
+    latest = latest_plausible(now)
+    if answer.date > latest:
+        return implausible(cr, cm, answer, now, latest)
     held = last_good(cr)
-    if held is not None and answer.date < held.date:
+    if held is not None and answer.date < held.date <= latest:
         return stale(cr, cm, answer, held)
     data = wanted["data"]
     message = f"1 {data['base']} = {data['rate']} {data['currency']} on {data['date']}"
@@ -263,7 +286,9 @@ def stale(cr: Obj, cm: Obj | None, answer: Quote, held: Quote) -> Desired:
     Warning Event is posted when the status changes, not at every refresh.
 
     Only status's date counts, never the ConfigMap's: anyone who can edit the ConfigMap could
-    otherwise stop every update with a date far in the future."""
+    otherwise stop every update with a date far in the future. Nor does a status date after
+    tomorrow (:func:`latest_plausible`; an older version wrote such answers): the caller
+    lets the next real answer replace it."""
     currency = currency_of(cr)
     message = (f"1 {held.base} = {held.rate(currency)} {currency} on {held.date} kept: "
                f"{answer.source} answered with an older rate "
@@ -274,6 +299,29 @@ def stale(cr: Obj, cm: Obj | None, answer: Quote, held: Quote) -> Desired:
                    status=ready_status(cr, True, STALE, message, answer.fetched_at),
                    events=[Note("Warning", STALE, message)],
                    summary=f"ExchangeRate {_name(cr)}: {STALE}: {message}")
+
+
+#: The Ready reason for an answer dated after tomorrow (see :func:`implausible`).
+IMPLAUSIBLE_DATE = "ImplausibleDate"
+
+
+def latest_plausible(now: str) -> str:
+    """The latest publication date a real answer can carry, given ``now`` (RFC 3339, UTC):
+    tomorrow. The ECB publishes for the current day; the extra day is slack for a provider
+    whose day starts before UTC's (and for a ``now`` from a clock a little behind)."""
+    return (Date.fromisoformat(now[:10]) + timedelta(days=1)).isoformat()
+
+
+def implausible(cr: Obj, cm: Obj | None, answer: Quote, now: str, latest: str) -> Desired:
+    """The provider answered with a date after ``latest`` (tomorrow): not a rate (a broken
+    mirror, a test double, a clock gone wrong). It is refused as a malformed answer is: the
+    last good rate is kept (and written back if the ConfigMap lost it), ``Ready=False``.
+    Writing it would be worse than an outage: "a rate never goes backwards" would then
+    refuse every real answer until that date came."""
+    message = (f"{answer.source} answered for {answer.base} with publication date "
+               f"{answer.date}, after tomorrow ({latest}; today is {now[:10]} UTC); an answer "
+               "from the future is not a rate: the last good rate is kept")
+    return failed(cr, IMPLAUSIBLE_DATE, message, now, keep=_kept(cr, cm))
 
 
 def last_good(cr: Obj) -> Quote | None:

@@ -20,30 +20,53 @@ fetched before the function runs, in two places:
 
 Answers are kept :data:`TTL` seconds: long enough for the runs a refresh queues, short
 enough that an ExchangeRate changed after a failed refresh is not told of that failure for
-long. A run's own fetch is not kept: asking again on the next change is what a user who
-just fixed the network expects. All of it is per process and only an optimisation of the
-request count: a run that finds no answer asks for itself.
+long. Within that window nothing asks the provider again for a base it has just answered
+(or failed) for:
+
+* a refresh delivered again (the router answered 5xx while the API server was down, and the
+  sender retried) reuses the answers of the first delivery instead of asking again;
+* a failure, whether a refresh or a run's own fetch met it, is kept too, and every run of
+  that base reuses it: during an outage each run would otherwise spend the client's
+  retries for itself (status changes, new ExchangeRates, the every-minute retry of those
+  without a rate), an outage costing requests per ExchangeRate instead of per base. An
+  outage (unreachable, 5xx, rate limited) answers for every currency of its base; a
+  rejection or a malformed answer only for the currencies it was asked for, so a spec that
+  fixes a currency is asked at once. The every-minute retry comes after the window, so a
+  provider that is back is seen within about a minute;
+* runs of one base that ask at the same time wait for the one asking (one lock per base),
+  then use its answer if it serves them.
+
+A run's own successful fetch is not kept (it asked for one currency only, and the next
+change of an ExchangeRate is answered by a fresh request). All of it is per process and
+only an optimisation of the request count: a run that finds no answer asks for itself.
 
 Being per process, a kept answer can be older than what another process has already
 written in the ExchangeRate's status (another router replica or worker refreshed since, and
 the provider answered it otherwise). Such an answer is not used for that ExchangeRate
 (``not_before``: the later of its status's last decision and its ConfigMap's ``fetchedAt``,
 which another replica writes first): its run asks the provider itself rather than write
-back the older news.
+back the older news. A kept failure only yields to good news after it (``failure_not_before``:
+a successful fetch, a ``Ready=True``, a ConfigMap write): a failure status decided after it
+(this process's own report of it, most often) says nothing newer than the failure itself.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from eventop.handlers.exchange_rates import provider
-from eventop.handlers.exchange_rates.provider import FrankfurterClient, ProviderError, Quote
+from eventop.handlers.exchange_rates.provider import (
+    FrankfurterClient,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+    Quote,
+)
 from eventop.kube import now_rfc3339
 
-#: Seconds a refresh's answers serve the runs it caused.
+#: Seconds an answer or a failure serves the runs (and refreshes) that come after it.
 TTL = 60.0
 
 Result = Quote | ProviderError
@@ -59,41 +82,89 @@ class Answer:
     #: When it came, as status records times (RFC 3339, seconds, UTC).
     when: str
 
+    def serves(self, currencies: set[str] | frozenset[str]) -> bool:
+        """Does it answer for all of ``currencies``? An outage does for any currency of its
+        base; an answer, a rejection or a malformed answer only for the ones asked."""
+        if isinstance(self.result, (ProviderUnavailable, ProviderRateLimited)):
+            return True
+        return currencies <= self.asked
+
 
 class Answers:
-    """The answers of the last refresh, per base currency, for one provider client."""
+    """The answers of the last refresh, and the last failure, per base currency, for one
+    provider client."""
 
     def __init__(self, client: FrankfurterClient, *, ttl: float = TTL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.client = client
         self.ttl = ttl
-        self.clock = clock
-        self._by_base: dict[str, Answer] = {}
+        #: The client's clock unless told otherwise (tests move one clock for both).
+        self.clock = clock or client.clock
+        self._refreshed: dict[str, Answer] = {}
+        self._failed: dict[str, Answer] = {}
+        self._asking: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def refresh(self, wanted: dict[str, set[str]]) -> None:
-        """Ask once per base for its currencies (one budget for all); keep the answers."""
+    def refresh(self, wanted: dict[str, set[str]]) -> list[str]:
+        """Ask once per base for its currencies (one budget for all); keep the answers.
+
+        A base answered (or failed) within :attr:`ttl` for all its currencies is not asked
+        again (see the module docstring). Returns the bases the provider was asked for."""
         deadline = self.client.clock() + self.client.refresh_budget
+        asked: list[str] = []
         for base, currencies in sorted(wanted.items()):
-            result = self._ask(base, currencies, deadline)
-            with self._lock:
-                self._by_base[base] = Answer(frozenset(currencies), result, self.clock(),
-                                             now_rfc3339())
+            with self._asking_for(base):
+                if self._latest(base, currencies, "", "") is not None:
+                    continue
+                result = self._ask(base, currencies, deadline)
+                asked.append(base)
+                self._keep(self._refreshed, base, currencies, result)
+        return asked
 
-    def recent(self, base: str, currency: str, not_before: str = "") -> Result | None:
-        """A refresh's answer for ``currency`` in ``base``, if one is fresh and did not come
+    def recent(self, base: str, currency: str, not_before: str = "",
+               failure_not_before: str | None = None) -> Result | None:
+        """A kept answer for ``currency`` in ``base``, if one is fresh and did not come
         before ``not_before`` (an RFC 3339 time: when the ExchangeRate's status was last
-        decided, perhaps by another process)."""
-        with self._lock:
-            answer = self._by_base.get(base)
-        if answer is None or currency not in answer.asked or \
-                self.clock() - answer.at >= self.ttl or answer.when < not_before:
-            return None
-        return answer.result
+        decided, perhaps by another process); a kept failure, if fresh and not before
+        ``failure_not_before`` (default ``not_before``: the last good news the status
+        holds). Of several, the latest."""
+        answer = self._latest(base, {currency}, not_before,
+                              not_before if failure_not_before is None else failure_not_before)
+        return None if answer is None else answer.result
 
-    def fetch(self, base: str, currency: str) -> Result:
-        """Ask now, for one ExchangeRate (within the client's own budget)."""
-        return self._ask(base, {currency}, None)
+    def fetch(self, base: str, currency: str, not_before: str = "",
+              failure_not_before: str | None = None) -> Result:
+        """Ask now, for one ExchangeRate (within the client's own budget), unless a run of
+        the same base asking meanwhile got what :meth:`recent` would give; a failure is
+        kept for the other runs of this base."""
+        with self._asking_for(base):
+            found = self.recent(base, currency, not_before, failure_not_before)
+            if found is not None:
+                return found
+            result = self._ask(base, {currency}, None)
+            if isinstance(result, ProviderError):
+                self._keep(self._failed, base, {currency}, result)
+            return result
+
+    def _latest(self, base: str, currencies: set[str], not_before: str,
+                failure_not_before: str) -> Answer | None:
+        now = self.clock()
+        with self._lock:
+            kept = [self._refreshed.get(base), self._failed.get(base)]
+        usable = [a for a in kept if a is not None and now - a.at < self.ttl
+                  and a.serves(currencies)
+                  and a.when >= (failure_not_before if isinstance(a.result, ProviderError)
+                                 else not_before)]
+        return max(usable, key=lambda a: a.at, default=None)
+
+    def _keep(self, where: dict[str, Answer], base: str, currencies: set[str],
+              result: Result) -> None:
+        with self._lock:
+            where[base] = Answer(frozenset(currencies), result, self.clock(), now_rfc3339())
+
+    def _asking_for(self, base: str) -> threading.Lock:
+        with self._lock:
+            return self._asking.setdefault(base, threading.Lock())
 
     def _ask(self, base: str, currencies: set[str], deadline: float | None) -> Result:
         try:

@@ -24,6 +24,11 @@ What this module promises its callers:
   a ``304`` then reuses that earlier body. This cache is only an optimisation (it lives in
   one process and may be empty at any time); nothing depends on it for correctness.
 
+Every HTTP request to the provider (each retry included) is counted in
+:data:`PROVIDER_REQUESTS` by outcome and HTTP code, and timed in
+:data:`PROVIDER_REQUEST_DURATION`: module-level prometheus_client metrics, which the
+router's ``/metrics`` serves as it serves the engine's (the router loads this package).
+
 The base URL comes from ``RATES_API_URL`` (default :data:`DEFAULT_URL`), so a self-hosted
 Frankfurter (``docker run lineofflight/frankfurter``) can be used instead of the public one.
 """
@@ -44,6 +49,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
+from prometheus_client import Counter, Histogram
 
 from eventop.kube import now_rfc3339, retry_after
 from eventop.kube.recent import Recent
@@ -58,6 +64,43 @@ CURRENCY = re.compile(r"^[A-Z]{3}$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # A JSON number as the grammar allows it; what the provider sent is kept verbatim.
 JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+PROVIDER_REQUESTS = Counter(
+    "eventop_rates_provider_requests_total",
+    "HTTP requests to the exchange-rate provider (each retry counts), by outcome (ok, "
+    "not_modified, malformed, rejected, rate_limited, server_error, timeout, "
+    "connection_error, request_error) and HTTP code (\"\" when no answer came)",
+    ["outcome", "code"],
+)
+PROVIDER_REQUEST_DURATION = Histogram(
+    "eventop_rates_provider_request_duration_seconds",
+    "Time from sending a request to the exchange-rate provider to its answer or failure",
+    buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+
+
+def _count(outcome: str, code: str, sent: float) -> None:
+    """Count one request to the provider, and how long it took since ``sent``
+    (``time.perf_counter()``)."""
+    PROVIDER_REQUESTS.labels(outcome, code).inc()
+    PROVIDER_REQUEST_DURATION.observe(time.perf_counter() - sent)
+
+
+def _outcome(status: int) -> str:
+    """The ``outcome`` label of an HTTP answer with this status (``malformed`` is decided
+    after parsing a 2xx)."""
+    if status == 304:
+        return "not_modified"
+    if 200 <= status < 300:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status >= 500:
+        return "server_error"
+    return "rejected"
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -136,8 +179,17 @@ class Quote:
         except KeyError:
             raise MalformedAnswer(
                 f"{self.source} answered for base {self.base} on {self.date} without a rate "
-                f"for {currency} (it sent {', '.join(sorted(self.rates)) or 'no rates'}); "
-                f"check that the provider publishes {currency}") from None
+                f"for {currency} ({self._sent()}); check that the provider publishes "
+                f"{currency}") from None
+
+    def _sent(self) -> str:
+        """What the answer did send, usable or not (a missing rate is told apart from an
+        answer whose rates were all unusable)."""
+        unusable = f"unusable ones for {', '.join(sorted(self.bad))}" if self.bad else ""
+        if self.rates:
+            return (f"it sent rates for {', '.join(sorted(self.rates))}"
+                    + (f", and {unusable}" if unusable else ""))
+        return f"it sent no usable rate, only {unusable}" if unusable else "it sent no rates"
 
 
 class _Number(str):
@@ -279,6 +331,10 @@ class FrankfurterClient:
         if not wanted:
             raise ProviderRejected("no currency to quote was asked for")
         url = self.url(base, wanted)
+        # An outage is the provider's, whichever currencies were asked: said the same way
+        # by a refresh and by an ExchangeRate's own run that reuses or meets it, so that the
+        # status (and its Warning Event) does not change between the two.
+        where = f"{self.base_url}/latest?from={base}"
         own = self.clock() + self.budget
         deadline = own if deadline is None else min(own, deadline)
         last = "no attempt made"
@@ -293,41 +349,45 @@ class FrankfurterClient:
             wait: float | None = None
             limited = False  # was this attempt's failure a 429?
             timeout = (min(self.timeout[0], remaining), min(self.timeout[1], remaining))
+            sent = time.perf_counter()
             try:
                 resp = self.session.get(url, headers=self._headers(url), timeout=timeout)
             except requests.Timeout:
                 last = "timed out waiting for an answer"
+                _count("timeout", "", sent)
             except requests.ConnectionError as exc:
                 last = f"connection failed ({type(exc).__name__})"
+                _count("connection_error", "", sent)
             except requests.RequestException as exc:
                 last = f"request failed ({type(exc).__name__})"
+                _count("request_error", "", sent)
             else:
-                if resp.status_code == 304:
-                    cached = self._cached(url)
-                    if cached is not None:
-                        log.debug("%s not modified (ETag %s)", url, cached.etag)
-                        return parse_answer(cached.body, base, self.source, now_rfc3339())
+                code = resp.status_code
+                answered = code == 304 or 200 <= code < 300
+                if not answered:  # (an answer is counted once parsed: it may be malformed)
+                    _count(_outcome(code), str(code), sent)
+                if answered:
+                    try:
+                        quote = self._quote(url, resp, base)
+                    except MalformedAnswer:
+                        _count("malformed", str(code), sent)
+                        raise
+                    _count(_outcome(code), str(code), sent)
+                    if quote is not None:
+                        return quote
                     last = "answered 304 Not Modified to a request we had no copy for"
-                elif 200 <= resp.status_code < 300:
-                    quote = parse_answer(resp.content, base, self.source, now_rfc3339())
-                    self._remember(url, resp)
-                    return quote
-                elif resp.status_code == 429:
+                elif code == 429:
                     wait = retry_after(resp.headers.get("Retry-After"))
                     if wait is not None and wait > self.max_retry_after:
                         raise ProviderRateLimited(
-                            f"{url} is rate limited (429) and asks to wait {wait:g}s, longer "
+                            f"{where} is rate limited (429) and asks to wait {wait:g}s, longer "
                             f"than the {self.max_retry_after:g}s we wait inside one event; the "
                             f"next scheduled refresh asks again", status=429)
                     last, limited = "rate limited (429)", True
-                elif resp.status_code >= 500:
-                    last = f"server error {resp.status_code}"
+                elif code >= 500:
+                    last = f"server error {code}"
                 else:
-                    detail = _error_message(resp)
-                    raise ProviderRejected(
-                        f"{url} answered {resp.status_code}"
-                        f"{': ' + detail if detail else ''}; check that base and currency are "
-                        f"different currencies the provider publishes", status=resp.status_code)
+                    raise self._rejected(url, resp)
             if attempt == self.max_attempts:
                 break
             if wait is None:
@@ -341,10 +401,35 @@ class FrankfurterClient:
             self.sleep(wait)
         if limited:  # the provider is reachable and answering, only not to us for now
             raise ProviderRateLimited(
-                f"{url}: {last}, after {attempt} attempt(s) (the provider is reachable but "
+                f"{where}: {last}, after {attempt} attempt(s) (the provider is reachable but "
                 "refuses more requests for now)", status=429, transient=True)
-        raise ProviderUnavailable(f"{url}: {last}, after {attempt} attempt(s) (is the provider "
-                                  "reachable from the cluster?)")
+        raise ProviderUnavailable(f"{where}: {last}, after {attempt} attempt(s) (is the "
+                                  "provider reachable from the cluster?)")
+
+    def _quote(self, url: str, resp: requests.Response, base: str) -> Quote | None:
+        """The quote a 2xx answer holds, or a 304's from the cached copy (None if there is
+        none); raises :class:`MalformedAnswer`."""
+        if resp.status_code == 304:
+            cached = self._cached(url)
+            if cached is None:
+                return None
+            log.debug("%s not modified (ETag %s)", url, cached.etag)
+            return parse_answer(cached.body, base, self.source, now_rfc3339())
+        quote = parse_answer(resp.content, base, self.source, now_rfc3339())
+        self._remember(url, resp)
+        return quote
+
+    def _rejected(self, url: str, resp: requests.Response) -> ProviderRejected:
+        """A 4xx the provider will answer again: what to check. A 404 is also what a wrong
+        ``RATES_API_URL`` gets (a mistyped path), which the spec can not fix."""
+        detail = _error_message(resp)
+        hint = "check that base and currency are different currencies the provider publishes"
+        if resp.status_code == 404:
+            hint += (f", and that RATES_API_URL ({self.base_url}) is the provider's API: a "
+                     "wrong path is answered 404 too")
+        return ProviderRejected(f"{url} answered {resp.status_code}"
+                                f"{': ' + detail if detail else ''}; {hint}",
+                                status=resp.status_code)
 
     # -- ETag cache -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from eventop import handlers
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import FrankfurterClient
 from eventop.handlers.registry import Registry
-from tests.exchange_rates.support import BASE_URL, NAMESPACE, STANDIN_RATES, Router
+from tests.exchange_rates.support import BASE_URL, NAMESPACE, STANDIN_RATES, Clock, Router
 from tests.support.engine import running_engine
 
 
@@ -24,13 +24,24 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def rates_client(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]) -> FrankfurterClient:
-    """The client the handlers use: requests-mock answers it, its waits are only recorded.
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def rates_client(monkeypatch: pytest.MonkeyPatch, sleeps: list[float],
+                 clock: Clock) -> FrankfurterClient:
+    """The client the handlers use: requests-mock answers it, its waits are only recorded
+    (and move its ``clock``, which ages kept answers: see ``support.later``).
 
     ``fetchedAt`` comes from a clock that ticks a minute per fetch, so tests can tell
     fetches apart without waiting.
     """
-    client = FrankfurterClient(BASE_URL, sleep=sleeps.append)
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.advance(seconds)
+
+    client = FrankfurterClient(BASE_URL, sleep=sleep, clock=clock)
     monkeypatch.setattr(provider, "get_client", lambda: client)
     minutes = itertools.count()
 

@@ -8,6 +8,7 @@ from typing import Any
 from eventop.engine.runtime import Engine
 from eventop.events import REFRESH_TYPE
 from eventop.handlers.events import Event
+from eventop.handlers.exchange_rates import provider
 from eventop.handlers.registry import Outcome, Registry
 from tests.support.engine import deliver, wait_cached
 
@@ -18,6 +19,30 @@ NAMESPACE = "finance"
 ER = ("eventop.dev/v1", "ExchangeRate")
 FIELD_MANAGER = "eventop-exchange-rates"  # derived from the module: handlers write as this
 Obj = dict[str, Any]
+
+
+class Clock:
+    """A stand-in for ``time.monotonic`` that moves only when told to (or slept on): the
+    provider client's, and so the one its kept answers (``fetch.TTL``) age by."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def later(seconds: float = 3600.0) -> None:
+    """Let ``seconds`` pass for the answers kept in this process (default: an hour, the
+    time between two scheduled refreshes), so that what they kept is too old to reuse.
+    And a millisecond: what waits ``seconds`` runs a moment after that (and the clock's float
+    sums must not make it a hair early)."""
+    clock = provider.get_client().clock
+    assert isinstance(clock, Clock), "the rates_client fixture's client has a Clock"
+    clock.advance(seconds + 0.001)
 
 
 def base_url(base: str) -> str:
@@ -95,5 +120,7 @@ def add(router: Router, local_kube: Any, obj: Obj) -> Obj:
 
 
 def refresh(router: Router, type_: str = REFRESH_TYPE) -> None:
-    """A scheduled refresh: one run per ExchangeRate (none without any), none failing."""
+    """A scheduled refresh (an hour after anything before it): one run per ExchangeRate
+    (none without any), none failing."""
+    later()
     assert_ok(deliver(router.engine, Event.simple(type_), router.registry, router.kube))

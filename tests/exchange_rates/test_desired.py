@@ -3,6 +3,8 @@ what a rate's ConfigMap and status become, and how many provider requests that c
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,10 +13,19 @@ import requests_mock as rm
 from demo.provider import answer
 from eventop.engine.testing import World
 from eventop.events import PING_TYPE, REFRESH_TYPE
+from eventop.handlers import exchange_rates
 from eventop.handlers.events import Event
-from eventop.handlers.exchange_rates import rates
+from eventop.handlers.exchange_rates import fetch, rates
 from eventop.handlers.exchange_rates.desired import RETRY_UNFILLED_SECONDS
-from tests.exchange_rates.support import BASE_URL, NAMESPACE, base_url, exchange_rate
+from eventop.handlers.exchange_rates.provider import FrankfurterClient, ProviderUnavailable
+from tests.exchange_rates.support import (
+    BASE_URL,
+    NAMESPACE,
+    Clock,
+    base_url,
+    exchange_rate,
+    later,
+)
 
 pytestmark = pytest.mark.usefixtures("rates_client")
 
@@ -51,6 +62,8 @@ def added(world: World, obj: Obj) -> Obj:
 
 
 def refresh(world: World, type_: str = REFRESH_TYPE) -> None:
+    """A scheduled refresh, an hour after anything before it."""
+    later()
     world.triggered(rates, Event.simple(type_))
 
 
@@ -152,7 +165,7 @@ def test_same_base_and_currency_is_reported_without_asking_the_provider(
     assert warnings(world, "er") == ["InvalidSpec"]
 
 
-def test_an_unavailable_provider_is_reported_and_the_next_change_asks_again(
+def test_an_unavailable_provider_is_reported_and_the_next_change_a_minute_later_asks_again(
         requests_mock: rm.Mocker) -> None:
     requests_mock.get(base_url("EUR"), status_code=503)
     world = World()
@@ -160,6 +173,7 @@ def test_an_unavailable_provider_is_reported_and_the_next_change_asks_again(
     assert ready(world, "er")["reason"] == "ProviderUnavailable"
     assert configmap(world, "er") is None
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    later(fetch.TTL)  # (within it, the failure is reused: see the outage tests below)
     world.changed(rates, stored)
     assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert ready(world, "er")["status"] == "True"
@@ -173,6 +187,7 @@ def test_an_outage_before_any_rate_was_written_is_asked_again_without_waiting_fo
     [first] = world.changed(rates, stored)
     assert first.requeue_after == RETRY_UNFILLED_SECONDS
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    later(first.requeue_after)
     [again] = [world.reconcile(rates, "er", NAMESPACE)]  # what the queue runs when it is due
     assert again.requeue_after is None
     assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
@@ -527,3 +542,221 @@ def test_429s_that_outlast_the_retries_are_reported_as_rate_limiting_not_an_outa
     assert "rate limited (429)" in condition["message"]
     assert "reachable from the cluster" not in condition["message"]
     assert result.requeue_after == RETRY_UNFILLED_SECONDS  # no rate yet: asked again soon
+
+
+# -- answers from the future ------------------------------------------------------------------
+
+TODAY = "2026-12-02"
+
+
+@pytest.fixture
+def today(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The handler's "now" (what it also writes in status) is on :data:`TODAY`."""
+    monkeypatch.setattr(exchange_rates, "now_rfc3339", lambda: f"{TODAY}T09:30:00Z")
+    return TODAY
+
+
+def test_an_answer_dated_after_tomorrow_is_refused_and_the_last_good_rate_kept(
+        requests_mock: rm.Mocker, today: str) -> None:
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-12-01", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    good = configmap(world, "er")
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2099-12-31", USD="9.9999"))
+    refresh(world)
+    assert configmap(world, "er") == good
+    assert cr(world, "er")["status"]["date"] == "2026-12-01"
+    condition = ready(world, "er")
+    assert (condition["status"], condition["reason"]) == ("False", "ImplausibleDate")
+    assert "2099-12-31" in condition["message"] and today in condition["message"]
+    assert warnings(world, "er") == ["ImplausibleDate"]
+    # the next real answer is written: nothing from the future was held against it
+    requests_mock.get(base_url("EUR"), content=answer("EUR", today, USD="1.0830"))
+    refresh(world)
+    assert configmap(world, "er")["data"]["rate"] == "1.0830"  # type: ignore[index]
+    assert ready(world, "er")["reason"] == "RateFetched"
+
+
+def test_an_answer_dated_tomorrow_is_a_rate(requests_mock: rm.Mocker, today: str) -> None:
+    """ECB publishes for the current day; a provider a time zone ahead of UTC is already
+    on tomorrow."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-12-03", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    assert configmap(world, "er")["data"]["date"] == "2026-12-03"  # type: ignore[index]
+    assert ready(world, "er")["reason"] == "RateFetched"
+
+
+def test_a_held_date_after_tomorrow_does_not_stop_newer_real_answers(
+        requests_mock: rm.Mocker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older version wrote an answer dated 2099-12-31 (as if its clock said so); the
+    next real answer replaces it, instead of being refused as older for 73 years."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2099-12-31", USD="9.9999"))
+    world = World()
+    monkeypatch.setattr(exchange_rates, "now_rfc3339", lambda: "2099-12-31T00:00:00Z")
+    added(world, exchange_rate("er", "USD"))
+    assert cr(world, "er")["status"]["date"] == "2099-12-31"
+    monkeypatch.setattr(exchange_rates, "now_rfc3339", lambda: f"{TODAY}T09:30:00Z")
+    requests_mock.get(base_url("EUR"), content=answer("EUR", TODAY, USD="1.0830"))
+    refresh(world)
+    cm = configmap(world, "er")
+    assert cm is not None and (cm["data"]["rate"], cm["data"]["date"]) == ("1.0830", TODAY)
+    assert (ready(world, "er")["status"], ready(world, "er")["reason"]) == ("True",
+                                                                            "RateFetched")
+
+
+# -- what an outage or a redelivered refresh costs --------------------------------------------
+
+def test_a_refresh_delivered_again_within_a_minute_asks_the_provider_nothing_more(
+        requests_mock: rm.Mocker) -> None:
+    """The router answered 503 (the API server was down) and the sender delivered the
+    refresh again: the answers of the first delivery serve it."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
+    world = World()
+    world.put(exchange_rate("eur-usd", "USD"))
+    world.put(exchange_rate("usd-jpy", "JPY", base="USD"))
+    refresh(world)
+    assert requests_mock.call_count == 2
+    for _ in range(5):
+        later(5)
+        world.triggered(rates, Event.simple(REFRESH_TYPE))
+    assert requests_mock.call_count == 2
+    assert configmap(world, "usd-jpy")["data"]["rate"] == "153.94"  # type: ignore[index]
+    refresh(world)  # the next hour's asks again
+    assert requests_mock.call_count == 4
+
+
+def test_during_an_outage_new_exchange_rates_of_one_base_share_one_failed_request_a_minute(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=500)
+    world = World()
+    results = [result for c in ("USD", "GBP", "CHF", "JPY", "PLN")
+               for result in world.changed(rates, world.put(exchange_rate(f"er-{c.lower()}",
+                                                                          c)))]
+    attempts = requests_mock.call_count
+    assert attempts == 4  # one fetch, with the client's retries
+    assert {ready(world, f"er-{c}")["reason"] for c in ("usd", "gbp", "chf", "jpy", "pln")} \
+        == {"ProviderUnavailable"}
+    # the every-minute retry of those without a rate: one fetch again, not five
+    due = max(r.requeue_after or 0 for r in results)
+    assert due == RETRY_UNFILLED_SECONDS
+    later(due)
+    for c in ("usd", "gbp", "chf", "jpy", "pln"):
+        world.reconcile(rates, f"er-{c}", NAMESPACE)
+    assert requests_mock.call_count == 2 * attempts
+    # the provider back: the next retry, a minute on, fills them all
+    requests_mock.get(base_url("EUR"), content=answer(
+        "EUR", "2026-11-20", USD="1.08", GBP="0.83", CHF="0.93", JPY="170.0", PLN="4.27"))
+    later(due)
+    for c in ("usd", "gbp", "chf", "jpy", "pln"):
+        world.reconcile(rates, f"er-{c}", NAMESPACE)
+        assert ready(world, f"er-{c}")["status"] == "True"
+
+
+def test_after_a_failed_refresh_the_runs_that_follow_reuse_its_failure(
+        requests_mock: rm.Mocker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even though each status reporting the failure was decided after it came (the runs
+    follow the refresh by seconds): that is the same news, not newer."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.08",
+                                                      GBP="0.83"))
+    world = World()
+    added(world, exchange_rate("usd", "USD"))
+    added(world, exchange_rate("gbp", "GBP"))
+    requests_mock.get(base_url("EUR"), status_code=503)
+    monkeypatch.setattr(fetch, "now_rfc3339", lambda: "2026-11-29T10:00:00Z")  # the failure
+    monkeypatch.setattr(exchange_rates, "now_rfc3339", lambda: "2026-11-29T10:00:02Z")
+    refresh(world)
+    asked = requests_mock.call_count
+    later(20)
+    for name in ("usd", "gbp"):  # its status written elsewhere, its ConfigMap edited...
+        world.changed(rates, cr(world, name))
+    assert requests_mock.call_count == asked
+    assert ready(world, "usd")["reason"] == ready(world, "gbp")["reason"] == \
+        "ProviderUnavailable"
+
+
+def test_a_rejected_currency_does_not_stop_another_currency_of_its_base_being_asked(
+        requests_mock: rm.Mocker) -> None:
+    """A 404 is about what was asked: a spec that fixes the currency asks at once."""
+    requests_mock.get(base_url("EUR"), status_code=404, json={"message": "not found"})
+    world = World()
+    stored = added(world, exchange_rate("er", "CHF"))
+    assert ready(world, "er")["reason"] == "ProviderRejected"
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", GBP="0.8352"))
+    world.changed(rates, world.put({**cr(world, "er"), "spec": {"currency": "GBP"},
+                                    "metadata": {**stored["metadata"], "generation": 2}}))
+    assert configmap(world, "er")["data"]["rate"] == "0.8352"  # type: ignore[index]
+
+
+def test_a_kept_failure_is_not_reported_over_a_success_another_replica_wrote_after_it(
+        requests_mock: rm.Mocker) -> None:
+    requests_mock.get(base_url("EUR"), status_code=503)
+    world = World()
+    added(world, exchange_rate("er", "USD"))  # this process keeps that failure
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    theirs = cr(world, "er")
+    theirs["status"] = {**theirs["status"], "lastSuccessfulFetch": "2099-01-01T00:00:00Z"}
+    world.changed(rates, world.put(theirs))
+    assert requests_mock.call_count == 5  # asked again, rather than report the old failure
+    assert ready(world, "er")["status"] == "True"
+
+
+def test_concurrent_fetches_of_one_base_during_an_outage_ask_once(
+        requests_mock: rm.Mocker) -> None:
+    """The router's workers run ExchangeRates of one base at the same time: one asks, the
+    others wait for it and take its failure."""
+
+    def slow_error(request: Any, context: Any) -> str:
+        time.sleep(0.02)
+        context.status_code = 503
+        return "busy"
+
+    requests_mock.get(base_url("EUR"), text=slow_error)
+    clock = Clock()
+    kept = fetch.Answers(FrankfurterClient(BASE_URL, sleep=clock.advance, clock=clock))
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda c=c: got.append(kept.fetch("EUR", c)))
+               for c in ("USD", "GBP", "CHF", "JPY", "PLN")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert requests_mock.call_count == 4
+    assert len(got) == 5 and all(isinstance(r, ProviderUnavailable) for r in got)
+
+
+def test_the_refresh_log_line_counts_bases_asked_not_http_requests(
+        requests_mock: rm.Mocker, caplog: pytest.LogCaptureFixture) -> None:
+    requests_mock.get(base_url("EUR"), [{"status_code": 500}, {"status_code": 500},
+                                        {"content": answer("EUR", "2026-11-20", USD="1.08")}])
+    requests_mock.get(base_url("USD"), content=answer("USD", "2026-11-20", JPY="153.94"))
+    world = World()
+    world.put(exchange_rate("eur-usd", "USD"))
+    world.put(exchange_rate("usd-jpy", "JPY", base="USD"))
+    caplog.set_level("INFO", logger="eventop.exchange_rates")
+    refresh(world)
+    world.triggered(rates, Event.simple(REFRESH_TYPE))  # delivered again
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refresh:")]
+    assert lines == [
+        "refresh: 2 ExchangeRate(s), 2 base(s) asked of the provider, 0 answered from the "
+        "last 60s",
+        "refresh: 2 ExchangeRate(s), 0 base(s) asked of the provider, 2 answered from the "
+        "last 60s"]
+    assert requests_mock.call_count == 4  # (what the line does not claim to count)
+
+
+def test_a_key_added_by_hand_stays_until_the_next_new_rate_replaces_the_data(
+        requests_mock: rm.Mocker) -> None:
+    """What the ConfigMap holds beyond eventop's keys (desired.py's docstring says so)."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    world = World()
+    added(world, exchange_rate("er", "USD"))
+    cm = configmap(world, "er")
+    assert cm is not None
+    world.changed(rates, world.put({**cm, "data": {**cm["data"], "note": "by hand"}}))
+    refresh(world)
+    assert configmap(world, "er")["data"]["note"] == "by hand"  # type: ignore[index]
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-23", USD="1.0799"))
+    refresh(world)
+    assert "note" not in configmap(world, "er")["data"]  # type: ignore[index]

@@ -9,6 +9,7 @@ import requests_mock as rm
 
 from demo.provider import answer
 from eventop.handlers.events import Event
+from eventop.handlers.exchange_rates import fetch
 from eventop.testing.waiting import wait_until
 from tests.exchange_rates.support import (
     BASE_URL,
@@ -22,6 +23,7 @@ from tests.exchange_rates.support import (
     cr,
     dispatch,
     exchange_rate,
+    later,
     ready,
     warnings,
 )
@@ -193,6 +195,7 @@ def test_unavailable_provider_is_reported_in_status_without_asking_for_redeliver
     assert configmap(local_kube, "er") is None
     # the next delivery of the object (a resync) once the provider is back: converges
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    later(fetch.TTL)  # (within it, the failure just met is reused)
     assert_ok(dispatch(router, Event.for_object("add", stored)))
     assert configmap(local_kube, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert ready(cr(local_kube, "er"))["status"] == "True"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import requests
 import requests_mock as rm
+from prometheus_client import REGISTRY
 
 from eventop.handlers.exchange_rates import provider
 from eventop.handlers.exchange_rates.provider import (
@@ -176,6 +177,22 @@ def test_server_errors_exhaust_the_retries(client: FrankfurterClient,
     assert err.value.transient
     assert requests_mock.call_count == 4
     assert len(sleeps) == 3
+
+
+def test_an_outage_is_said_the_same_whichever_currencies_were_asked(
+        client: FrankfurterClient, requests_mock: rm.Mocker, sleeps: Sleeps) -> None:
+    """A refresh asks for a base's currencies together, an ExchangeRate's own run for one:
+    with the request's URL in it, each said the outage in other words, every such run
+    changed the status back and forth, and each change posted another Warning Event (a
+    second router process's runs, on the real cluster)."""
+    requests_mock.get(re.compile(r"/latest\?"), status_code=500, text="boom")
+    said = []
+    for currencies in (["GBP", "USD"], ["GBP"], ["USD"]):
+        with pytest.raises(ProviderUnavailable) as err:
+            client.latest("EUR", currencies)
+        said.append(str(err.value))
+    assert said[0] == said[1] == said[2]
+    assert said[0].startswith(f"{BASE_URL}/latest?from=EUR: server error 500")
 
 
 def test_timeout_is_retried_then_reported(client: FrankfurterClient,
@@ -357,3 +374,76 @@ def test_client_follows_rates_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert provider.get_client().base_url == "http://127.0.0.1:9/v1"
     monkeypatch.delenv("RATES_API_URL")
     assert provider.get_client().base_url == provider.DEFAULT_URL
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+def test_a_404_also_names_rates_api_url_as_what_may_be_wrong(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    """A mistyped path in RATES_API_URL is answered 404 as an unknown currency is; the
+    spec is not all there is to check."""
+    requests_mock.get(latest_url(), status_code=404, json={"message": "not found"})
+    with pytest.raises(ProviderRejected) as err:
+        client.latest("EUR", ["USD"])
+    assert f"RATES_API_URL ({BASE_URL})" in err.value.message
+    assert "check that base and currency are different currencies" in err.value.message
+
+
+def test_an_answer_of_only_unusable_rates_says_so_for_a_currency_it_lacks() -> None:
+    body = (b'{"amount":1.0,"base":"EUR","date":"2026-11-20",'
+            b'"rates":{"GBP":"x","JPY":0,"PLN":-1,"USD":null}}')
+    quote = parse_answer(body, "EUR", BASE_URL, "2026-11-20T16:00:00Z")
+    with pytest.raises(MalformedAnswer) as err:
+        quote.rate("CHF")
+    assert "it sent no usable rate, only unusable ones for GBP, JPY, PLN, USD" in \
+        err.value.message
+    assert "no rates" not in err.value.message
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+def requests_counted(outcome: str, code: str) -> float:
+    return REGISTRY.get_sample_value("eventop_rates_provider_requests_total",
+                                     {"outcome": outcome, "code": code}) or 0.0
+
+
+def requests_timed() -> float:
+    return REGISTRY.get_sample_value(
+        "eventop_rates_provider_request_duration_seconds_count") or 0.0
+
+
+def test_each_request_to_the_provider_is_counted_by_outcome_and_timed(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    requests_mock.get(latest_url(), [
+        {"exc": requests.exceptions.ConnectTimeout("slow")},
+        {"status_code": 503, "text": "busy"},
+        {"content": REAL_ANSWER.replace(b'"GBP":0.8352,', b""), "headers": {"ETag": '"e1"'}},
+        {"status_code": 304},
+        {"content": b"<html>oops</html>"},
+    ])
+    kinds = [("timeout", ""), ("server_error", "503"), ("ok", "200"), ("not_modified", "304"),
+             ("malformed", "200")]
+    before = {kind: requests_counted(*kind) for kind in kinds}
+    timed = requests_timed()
+
+    client.latest("EUR", ["USD"])  # timeout, 503, then the answer
+    client.latest("EUR", ["USD"])  # 304: the copy
+    with pytest.raises(MalformedAnswer):
+        client.latest("EUR", ["USD"])
+
+    assert {kind: requests_counted(*kind) - before[kind] for kind in kinds} == {
+        ("timeout", ""): 1, ("server_error", "503"): 1, ("ok", "200"): 1,
+        ("not_modified", "304"): 1, ("malformed", "200"): 1}
+    assert requests_timed() - timed == 5
+
+
+def test_the_provider_metrics_are_in_what_the_routers_metrics_endpoint_serves(
+        client: FrankfurterClient, requests_mock: rm.Mocker) -> None:
+    from eventop.router.metrics import render
+
+    requests_mock.get(latest_url(), status_code=404, json={"message": "not found"})
+    with pytest.raises(ProviderRejected):
+        client.latest("EUR", ["USD"])
+    text = render()[0].decode()
+    assert 'eventop_rates_provider_requests_total{code="404",outcome="rejected"}' in text
+    assert "eventop_rates_provider_request_duration_seconds_bucket" in text

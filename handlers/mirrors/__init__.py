@@ -14,7 +14,9 @@ what the status is; the engine writes the differences. What starts a run of a mi
   Secret, or rotating credentials, takes effect without touching the mirror;
 * another mirror changed (deleted, or moved to another hostPort): every mirror held back by
   a ``HostPortConflict`` is reconciled, since that change may have freed its port and no
-  event of its own would tell it.
+  event of its own would tell it;
+* its Namespace changed: the ``pod-security.kubernetes.io/enforce`` label decides whether
+  the node proxies' hostPort is admitted at all (read as metadata only).
 
 Modules: ``spec`` (what a mirror asks for, validated), ``build`` (its objects), ``desired``
 (the decisions and the function the engine calls), ``status`` (conditions and Events).
@@ -29,6 +31,7 @@ from eventop.handlers.mirrors.build import Names
 from eventop.handlers.mirrors.desired import (
     DAEMONSET,
     MIRROR,
+    NAMESPACE,
     PVC,
     SECRET,
     SERVICE,
@@ -51,7 +54,9 @@ mirrors = Controller(
     "mirrors", parent=MIRROR,
     owns=[PVC, SERVICE, Kind.of(STATEFULSET, selector=MANAGED),
           Kind.of(DAEMONSET, selector=MANAGED)],
-    reads=[SECRET],
+    # The Namespace's Pod Security label says whether a hostPort is admitted (its labels
+    # only: metadata is enough).
+    reads=[SECRET, Kind(NAMESPACE, metadata_only=True)],
     registry=registry,
     # A name taken by someone else's object is a NameConflict the status reports itself.
     conflict_events=False,
@@ -68,6 +73,13 @@ def mirrors_using(secret: Obj, reads: Reads) -> list[Obj]:
     return [m for m in reads.list(MIRROR, meta.get("namespace"))
             if ((m.get("spec") or {}).get("credentialsSecretRef") or {}).get("name")
             == meta["name"]]
+
+
+@mirrors.maps(NAMESPACE, metadata_only=True)
+def mirrors_in_namespace(namespace: Obj, reads: Reads) -> list[Obj]:
+    """The namespace's mirrors: a changed Pod Security label admits or refuses their node
+    proxies."""
+    return reads.list(MIRROR, namespace["metadata"]["name"])
 
 
 @mirrors.maps(STATEFULSET, selector=MANAGED)

@@ -7,11 +7,17 @@ it). The decisions, in order, each of which stops the mirror short of writing an
 
 1. an invalid spec (:mod:`.spec` raises the engine's ``SpecError``; the engine reports it);
 2. a **hostPort** another mirror holds: hostPorts are per node, so unique across every
-   mirror of the cluster. The mirror whose DaemonSet already uses the port keeps it (one
-   moving onto a served port is the one held back); when none does yet, the earliest
-   mirror (creationTimestamp, then namespace/name). A mirror being deleted no longer holds
-   one. A mirror held back this way is reconciled again when the change of another mirror
-   may free its port (see the mapping in the package);
+   mirror of the cluster. A mirror *holds* a port once its objects were applied with it:
+   its status records it (``status.hostPort``), and so does its own DaemonSet while it
+   exists (the only record under a CRD that prunes the field). The holding survives the
+   DaemonSet being deleted by hand (the mirror creates it again) and a spec change that is
+   held back (its old objects still serve the old port); it ends with the mirror (deleted,
+   or its namespace) or when it moves elsewhere. A mirror moving onto a held port is the
+   one held back; among mirrors none of which holds the port, the earliest
+   (creationTimestamp, then namespace/name) takes it. A mirror with an invalid spec takes
+   no port (it runs nothing), though it keeps one it holds. A mirror held back this way is
+   reconciled again when the change of another mirror may free its port (see the mapping
+   in the package);
 3. a missing or incomplete **credentials Secret** (its data is only checked for the two
    keys, never copied: the registry reads it through ``secretKeyRef``);
 4. an object at one of the mirror's names that eventop did not create for it (a user's
@@ -31,10 +37,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Callable, Collection
 from typing import Any
 
-from eventop.engine import Child, Desired, Note, Outcome, Reads
+from eventop.engine import Child, Desired, Note, Outcome, Reads, SpecError
 from eventop.handlers.mirrors import build
 from eventop.handlers.mirrors.build import Names
 from eventop.handlers.mirrors.spec import (
@@ -62,6 +69,7 @@ SERVICE = "v1/Service"
 STATEFULSET = "apps/v1/StatefulSet"
 DAEMONSET = "apps/v1/DaemonSet"
 SECRET = "v1/Secret"
+NAMESPACE = "v1/Namespace"
 HOST_PORT_CONFLICT = "HostPortConflict"
 
 
@@ -69,34 +77,47 @@ HOST_PORT_CONFLICT = "HostPortConflict"
 
 
 def _claim_key(mirror: Obj, holders: Collection[str]) -> tuple[bool, str, str, str]:
-    """A mirror whose node proxies already serve the port first, then the earliest."""
+    """A mirror holding the port first, then the earliest."""
     meta = mirror["metadata"]
     return (meta.get("uid") not in holders, str(meta.get("creationTimestamp") or ""),
             str(meta.get("namespace") or ""), str(meta.get("name")))
 
 
+def claims(mirror: Obj, port: int) -> bool:
+    """Does the mirror's spec ask for ``port``, and is it valid? An invalid spec runs
+    nothing, so it must not keep a valid mirror off the port (it may still *hold* it)."""
+    if host_port_of(mirror) != port:
+        return False
+    try:
+        parse_spec(mirror)
+    except SpecError:
+        return False
+    return True
+
+
 def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj],
                        holders: Collection[str] = ()) -> Problem | None:
-    """The mirror already holding a hostPort keeps it; any other claiming it is in conflict.
+    """The mirror holding a hostPort keeps it; any other claiming it is in conflict.
 
-    ``holders`` are the uids of the mirrors whose own DaemonSet already uses the port
-    (:func:`port_holders`): a mirror moving onto a port another mirror serves must not take
-    it over (two DaemonSets on one hostPort, the one there first blamed). Among mirrors
-    none of which serves it yet (both new, or both already clashing), the earliest
-    (creationTimestamp, then namespace/name) keeps it. Mirrors being deleted no longer hold
-    a port.
+    ``holders`` are the uids of the mirrors holding the port (:func:`port_holders`): a
+    mirror moving onto a port another mirror holds must not take it over (two DaemonSets
+    on one hostPort, the one there first blamed), even while the holder's DaemonSet is
+    deleted and not yet created again. Among mirrors none of which holds it (both new), the
+    earliest valid claimant (creationTimestamp, then namespace/name) takes it. Mirrors being
+    deleted neither hold nor claim a port.
     """
     mine = _claim_key(mirror, holders)
     uid = mirror["metadata"].get("uid")
     ahead = sorted(
         (m for m in mirrors
          if m["metadata"].get("uid") != uid and not m["metadata"].get("deletionTimestamp")
-         and host_port_of(m) == port and _claim_key(m, holders) < mine),
+         and (m["metadata"].get("uid") in holders or claims(m, port))
+         and _claim_key(m, holders) < mine),
         key=lambda m: _claim_key(m, holders))
     if not ahead:
         return None
     first = ahead[0]["metadata"]
-    why = "whose node proxies serve it" if first.get("uid") in holders else "created earlier"
+    why = "which holds it" if first.get("uid") in holders else "created earlier"
     return Problem(HOST_PORT_CONFLICT,
                    f"hostPort {port} is already used by RegistryMirror "
                    f"{first.get('namespace')}/{first.get('name')}, {why}; "
@@ -104,13 +125,30 @@ def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj],
                    "created nor changed)")
 
 
+def recorded_port(mirror: Obj) -> int | None:
+    """The hostPort the mirror's status says it holds (``status.hostPort``), if any."""
+    port = (mirror.get("status") or {}).get("hostPort")
+    return port if isinstance(port, int) and not isinstance(port, bool) else None
+
+
 def port_holders(port: int, mirrors: list[Obj],
                  daemonset_of: Callable[[Obj], Obj | None]) -> set[str]:
-    """The uids of the mirrors claiming ``port`` whose own DaemonSet (``daemonset_of``:
-    the one the mirror owns, or None) already uses it: they hold the port now."""
+    """The uids of the live mirrors holding ``port``: their status records it, or their own
+    DaemonSet (``daemonset_of``: the one the mirror owns, or None) uses it."""
     return {m["metadata"]["uid"] for m in mirrors
-            if host_port_of(m) == port and m["metadata"].get("uid")
-            and (ds := daemonset_of(m)) is not None and host_port(ds) == port}
+            if m["metadata"].get("uid") and not m["metadata"].get("deletionTimestamp")
+            and (recorded_port(m) == port
+                 or ((ds := daemonset_of(m)) is not None and host_port(ds) == port))}
+
+
+def held_port(mirror: Obj, spec: MirrorSpec, ds: Obj | None) -> int | None:
+    """The port a held-back mirror goes on holding (its objects stay as they were): the
+    one its own DaemonSet serves; with that DaemonSet gone, the recorded one if the spec
+    still asks for it (the DaemonSet is created on it again once the mirror is unblocked)."""
+    if ds is not None:
+        return host_port(ds)
+    recorded = recorded_port(mirror)
+    return recorded if recorded == spec.host_port else None
 
 
 def held_back_by_host_port(mirror: Obj) -> bool:
@@ -227,11 +265,46 @@ def foreign_objects(in_way: list[Obj]) -> Problem | None:
                    "this mirror; rename or remove them (nothing was changed)")
 
 
+#: Pod Security levels that refuse a pod with a hostPort (only ``privileged`` allows one).
+HOST_PORT_REFUSED = ("baseline", "restricted")
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+
+
+def pod_security_problems(namespace: Obj | None, spec: MirrorSpec) -> list[Problem]:
+    """A problem when the namespace's Pod Security level refuses the node proxies' hostPort.
+
+    The refusal is seen only in the DaemonSet's ``FailedCreate`` Events (its status just
+    never counts a pod), so the mirror says it. The objects are still applied: relabelling
+    the namespace is enough, the DaemonSet controller retries. A namespace without the label
+    follows the cluster's default level, which the API does not show: nothing is said then.
+    """
+    level = (((namespace or {}).get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL)
+    if level not in HOST_PORT_REFUSED:
+        return []
+    name = ((namespace or {}).get("metadata") or {}).get("name")
+    return [Problem("PodSecurityForbidsHostPort",
+                    f"namespace {name} enforces Pod Security level {level!r} "
+                    f"({ENFORCE_LABEL}), which refuses the node proxies' hostPort "
+                    f"{spec.host_port}; label the namespace {ENFORCE_LABEL}=privileged or "
+                    "put the mirror in another namespace")]
+
+
+def refusal_text(message: str) -> str:
+    """The API server's refusal without the Go struct dump some carry (a refused claim
+    resize prints the whole ``core.PersistentVolumeClaimSpec{...}`` diff after its reason,
+    joined onto one line by the engine): its first sentence is what helps."""
+    cut = _GO_DUMP.search(message)
+    return message[:cut.start()].rstrip(" :") if cut else message
+
+
+_GO_DUMP = re.compile(r"\s+[a-z][\w]*\.[A-Z]\w*\{")
+
+
 def write_problems(outcome: Outcome, spec: MirrorSpec, resize: bool) -> list[Problem]:
     """What the API server refused, or someone created at our names meanwhile."""
     problems = []
     for error in outcome.refused:
-        refusal = f"({error.status} {error.reason}): {error.message}"
+        refusal = f"({error.status} {error.reason}): {refusal_text(error.message)}"
         if error.kind == "PersistentVolumeClaim" and resize:
             problems.append(Problem("ResizeRefused", "the API server refused to resize "
                                     f"PersistentVolumeClaim {error.name} to {spec.size} "
@@ -278,31 +351,38 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
         return _reporting(mirror, [], prune=False, summary=f"held back: {blocked.reason}",
                           problems=lambda _outcome: [blocked],
                           workloads=lambda _outcome: workloads,
+                          holds=held_port(mirror, spec, workloads[1]), held_back=True,
                           # removing one (as NameConflict asks) runs the mirror again
                           blocked_by=in_way)
     size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
+    problems = problems + pod_security_problems(reads.get(NAMESPACE, ns), spec)
     objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,
                                     credentials_version=version)
     return _reporting(
         mirror, [Child(obj, force=True) for obj in objects], prune=True,
         problems=lambda outcome: problems + write_problems(outcome, spec, resize),
         workloads=lambda outcome: (_in_place(outcome, "StatefulSet") or workloads[0],
-                                   _in_place(outcome, "DaemonSet") or workloads[1]))
+                                   _in_place(outcome, "DaemonSet") or workloads[1]),
+        holds=spec.host_port)
 
 
 def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str | None = None,
                problems: Callable[[Outcome], list[Problem]],
                workloads: Callable[[Outcome], tuple[Obj | None, Obj | None]],
+               holds: int | None, held_back: bool = False,
                blocked_by: list[Obj] | None = None) -> Desired:
     """``children`` with the status and transition Events computed once from the Outcome
-    (``now`` only dates a condition that changes)."""
+    (``now`` only dates a condition that changes). ``holds`` is the port the mirror
+    holds after this run (recorded in its status); ``held_back``: this generation's objects
+    are not applied, the previous ones (if any) stay."""
     computed: dict[str, Obj] = {}
 
     def status(outcome: Outcome) -> Obj:
         if "status" not in computed:
             sts, ds = workloads(outcome)
             computed["status"] = compute_status(mirror, sts, ds, problems=problems(outcome),
-                                                now=now_rfc3339())
+                                                now=now_rfc3339(), holds=holds,
+                                                held_back=held_back)
         return computed["status"]
 
     def events(outcome: Outcome) -> list[Note]:

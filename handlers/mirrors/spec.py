@@ -5,9 +5,12 @@ The API server validates the CRD schema too, but the handler does not rely on it
 may be an older version, and what a schema can not say is checked here (an upstream URL
 the registry would silently cut down to its host, a TTL Go would refuse). Anything invalid
 raises :class:`eventop.engine.SpecError` with a reason naming the field (``InvalidUpstream``,
-``InvalidHostPort``, ``InvalidStorageSize``, ``InvalidTTL``); the engine reports it on the
-mirror (``Ready=False``, ``Degraded=True``, one Warning Event) and touches none of its
-objects.
+``InvalidHostPort``, ``InvalidStorageSize``, ``InvalidTTL``, ``InvalidImage``,
+``InvalidCredentialsSecretRef``); the engine reports it on the mirror (``Ready=False``,
+``Degraded=True``, one Warning Event) and touches none of its objects. Whatever the API
+server or the kubelet would refuse only once a workload exists is refused here: an image
+name with whitespace is accepted into a StatefulSet's template, and its controller then
+deletes the running pod before it finds it can not create the new one.
 """
 
 from __future__ import annotations
@@ -40,6 +43,17 @@ DEFAULT_SIZE = "10Gi"
 DEFAULT_TTL = "168h"
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+
+# An image reference as the container runtimes parse it (distribution's reference grammar:
+# [domain[:port]/]path[:tag][@digest], path components lower case).
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*" \
+          r"[a-zA-Z0-9])?)*(?::[0-9]+)?/)"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"{_DOMAIN}?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]"
+                    r"{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
+                    r"[0-9a-fA-F]{32,})?")
+# A Secret's name: a DNS subdomain (RFC 1123), at most 253 characters.
+_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
 
 
 def host_port_of(mirror: Obj) -> Any:
@@ -95,6 +109,9 @@ def validate_upstream(upstream: Any) -> str:
     except ValueError as exc:
         raise SpecError(f"spec.upstream {upstream!r} is not a URL: {exc}",
                         reason="InvalidUpstream") from exc
+    if port == 0:  # urlsplit accepts it; no registry listens on port 0
+        raise SpecError(f"spec.upstream {upstream!r} has port 0; a port is 1..65535",
+                        reason="InvalidUpstream")
     if parts.scheme not in ("http", "https"):
         raise SpecError(f"spec.upstream {upstream!r} must start with https:// (or http://)",
                         reason="InvalidUpstream")
@@ -113,6 +130,36 @@ def validate_upstream(upstream: Any) -> str:
     if ":" in parts.hostname:  # IPv6 literal
         netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
     return f"{parts.scheme}://{netloc}"
+
+
+def validate_image(field: str, image: Any, default: str) -> str:
+    """The image to run for ``spec.image.<field>`` (``default`` when unset), or raise.
+
+    Refused here, before any workload changes: the API server accepts a template whose
+    image has trailing whitespace into a StatefulSet, whose controller then deletes the
+    running pod and fails to create the new one (``FailedCreate``); a name the runtimes can
+    not parse (upper case in the path, a space inside) only fails on the node
+    (``InvalidImageName``). Neither is trimmed silently: the user should see what they wrote.
+    """
+    if image is None or image == "":
+        return default
+    if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+        raise SpecError(f"spec.image.{field} {image!r} is not an image reference such as "
+                        f"{default} (no whitespace; repository path in lower case)",
+                        reason="InvalidImage")
+    return image
+
+
+def validate_secret_name(name: Any) -> str | None:
+    """The Secret named in ``credentialsSecretRef`` (None when unset), or raise: a name no
+    Secret can have would otherwise be reported as missing, with advice to create it."""
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str) or len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        raise SpecError(f"spec.credentialsSecretRef.name {name!r} is not a valid Secret name "
+                        "(lower case letters, digits, '-' and '.', at most 253 characters)",
+                        reason="InvalidCredentialsSecretRef")
+    return name
 
 
 @dataclass(frozen=True)
@@ -148,10 +195,15 @@ def parse_spec(mirror: Obj) -> MirrorSpec:
                         reason="InvalidHostPort")
     storage = spec.get("storage") or {}
     size = str(storage.get("size") or DEFAULT_SIZE)
-    if parse_quantity(size) <= 0:
+    amount = parse_quantity(size)
+    if amount <= 0:
         raise SpecError(f"storage size {size!r} must be positive", reason="InvalidStorageSize")
+    if amount != amount.to_integral_value():
+        # "1.5" is 1500m bytes to Kubernetes: a claim the provisioner rounds or refuses
+        raise SpecError(f"storage size {size!r} is not a whole number of bytes; use a unit "
+                        "such as 1536Mi or 2Gi", reason="InvalidStorageSize")
     ref = spec.get("credentialsSecretRef") or {}
-    secret = ref.get("name") or None
+    secret = validate_secret_name(ref.get("name"))
     ttl = str(spec.get("ttl") if spec.get("ttl") is not None else DEFAULT_TTL)
     duration_is_zero(ttl)  # validates
     image = spec.get("image") or {}
@@ -159,6 +211,6 @@ def parse_spec(mirror: Obj) -> MirrorSpec:
         upstream=upstream, host_port=host_port, size=size,
         storage_class=storage.get("storageClassName") or None,
         credentials_secret=secret, ttl=ttl,
-        registry_image=image.get("registry") or REGISTRY_IMAGE,
-        proxy_image=image.get("proxy") or PROXY_IMAGE,
+        registry_image=validate_image("registry", image.get("registry"), REGISTRY_IMAGE),
+        proxy_image=validate_image("proxy", image.get("proxy"), PROXY_IMAGE),
     )

@@ -7,7 +7,12 @@ Two conditions, as operators conventionally report a workload they run:
   first problem's reason; False (``Reconciled``) once every object is applied;
 * ``Ready``: whether a pull from ``localhost:<hostPort>`` works on every node as the spec
   says, from the StatefulSet's and DaemonSet's own status (written by their controllers):
-  ``RollingOut`` while old-template pods still serve after a spec change.
+  ``RollingOut`` while old-template pods still serve after a spec change. A generation held
+  back (a hostPort taken, a Secret missing, an object in the way) is not Ready either, with
+  the holding reason, even while the previous spec's objects still serve: ``kubectl wait
+  --for=condition=Ready`` must not return for a spec that is not running.
+
+``status.hostPort`` records the port the mirror holds (see :mod:`.desired`, decision 2).
 
 A Warning Event is posted when a problem appears or changes, a Normal ``Recovered`` one when
 it clears: on transitions only, so a mirror stuck on a problem does not post an Event per
@@ -39,7 +44,7 @@ class Problem:
 
 
 def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
-                    degraded: Obj | None) -> tuple[bool, str, str]:
+                    degraded: Obj | None, was_ready: bool = False) -> tuple[bool, str, str]:
     """(status, reason, message) of ``Ready`` from the workloads' own status.
 
     Ready means a pull from ``localhost:<hostPort>`` works on every node *as the spec now
@@ -59,11 +64,20 @@ def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
             return False, str(degraded.get("reason")), f"not created ({missing} missing): " + \
                 str(degraded.get("message"))
         return False, "NotCreated", f"{missing} not created yet"
+    deleting = [(kind, obj) for kind, obj in (("StatefulSet", sts), ("DaemonSet", ds))
+                if obj["metadata"].get("deletionTimestamp")]
+    if deleting:
+        return False, "WorkloadDeleting", "; ".join(
+            f"{kind} {obj['metadata']['name']} is being deleted, held by finalizer(s) "
+            f"{', '.join(obj['metadata'].get('finalizers') or []) or 'none'}; it is created "
+            "again once it is gone" for kind, obj in deleting)
     sts_status = sts.get("status") or {}
     ready_replicas = int(sts_status.get("readyReplicas") or 0)
     if ready_replicas < 1:
-        return False, "RegistryNotReady", \
-            f"StatefulSet {names.statefulset} has no ready registry pod yet"
+        return False, "RegistryNotReady", (
+            f"StatefulSet {names.statefulset} has no ready registry pod (it was ready before; "
+            "see the pod's events and logs)" if was_ready else
+            f"StatefulSet {names.statefulset} has no ready registry pod yet")
     ds_status = ds.get("status") or {}
     port = host_port(ds)
     if "observedGeneration" not in ds_status:
@@ -135,10 +149,18 @@ def host_port(ds: Obj) -> int | None:
     return None
 
 
+#: Ready reasons that a namespace refusing the node proxies' hostPort explains.
+_NODE_PROXY_WAITS = ("NodeProxyPending", "NoNodes", "NodeProxyNotReady", "RollingOut")
+POD_SECURITY = "PodSecurityForbidsHostPort"
+
+
 def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
-                   problems: list[Problem], now: str) -> Obj:
+                   problems: list[Problem], now: str, holds: int | None = None,
+                   held_back: bool = False) -> Obj:
     """The mirror's new status: ``problems`` found by the reconcile (empty: all good) and
-    the workloads (None: not there, or not this mirror's)."""
+    the workloads (None: not there, or not this mirror's). ``holds``: the port it holds
+    (``status.hostPort``); ``held_back``: this generation was not applied (Ready=False with
+    the holding reason, whatever the previous spec's objects do)."""
     old: Obj = mirror.get("status") or {}
     names = Names.of(mirror["metadata"]["name"])
     generation = mirror["metadata"].get("generation")
@@ -151,11 +173,24 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
         conditions = set_condition(conditions, DEGRADED, False, "Reconciled",
                                    "all objects applied", now, generation)
     degraded = get_condition({"conditions": conditions}, DEGRADED)
-    ok, reason, message = ready_condition(names, sts, ds, degraded)
-    conditions = set_condition(conditions, READY, ok, reason, message, now, generation)
+    before = get_condition(old, READY) or {}
+    was_ready = before.get("status") == "True" or (
+        before.get("reason") == "RegistryNotReady"
+        and "was ready before" in str(before.get("message")))
+    ok, reason, message = ready_condition(names, sts, ds, degraded, was_ready)
     port = host_port(ds) if ds is not None else None
+    if held_back and problems and sts is not None and ds is not None:
+        serving = f" at localhost:{port}" if port else ""
+        ok, reason, message = False, problems[0].reason, (
+            f"generation {generation} is held back: {problems[0].message}; the objects of "
+            f"the previous spec keep serving{serving} (their own readiness: {message})")
+    pod_security = next((p for p in problems if p.reason == POD_SECURITY), None)
+    if not ok and pod_security and reason in _NODE_PROXY_WAITS:
+        reason, message = POD_SECURITY, pod_security.message
+    conditions = set_condition(conditions, READY, ok, reason, message, now, generation)
     return {
         "observedGeneration": generation,
+        "hostPort": holds,
         "endpoint": f"localhost:{port}" if port else None,
         "serviceURL": build.service_url(mirror) if sts is not None else None,
         "conditions": conditions,

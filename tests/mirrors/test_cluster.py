@@ -103,6 +103,7 @@ def test_mirror_lifecycle_on_a_real_cluster(cluster_pipeline: Any, namespace: st
     assert service is not None and service["spec"]["clusterIP"] not in ("", "None")
     status = pipe.cluster.kube.get(*RM, "hub", namespace)["status"]
     assert status["endpoint"] == f"localhost:{port}"
+    assert status["hostPort"] == port  # kept by the CRD's status schema, not pruned
     assert status["observedGeneration"] == 1
     assert condition(pipe, "hub", namespace, "Degraded")["status"] == "False"
 
@@ -174,3 +175,31 @@ def test_host_port_conflict_and_missing_secret_on_a_real_cluster(
     assert pipe.post("add", secret) in (200, 202)
     assert condition(pipe, "private", namespace, "Degraded")["status"] == "False"
     assert all(owned(pipe, "private", namespace).values())
+
+
+def test_a_daemonset_deleted_by_hand_comes_back_on_the_port_its_mirror_holds(
+        cluster_pipeline: Any, namespace: str) -> None:
+    """The newer mirror serves the port an older one moves onto; its DaemonSet deleted by
+    hand is created again on that port, the older one still held back."""
+    pipe = cluster_pipeline
+    old_port, port = free_port(), free_port()
+    put_and_post(pipe, mirror("b1", namespace, hostPort=old_port))
+    put_and_post(pipe, mirror("w1", namespace, hostPort=port))
+    put_and_post(pipe, mirror("b1", namespace, hostPort=port), "update")
+    assert condition(pipe, "b1", namespace, "Degraded")["reason"] == "HostPortConflict"
+    ds = owned(pipe, "w1", namespace)["ds"]
+    assert ds is not None
+    pipe.cluster.remove("apps/v1", "DaemonSet", ds["metadata"]["name"], namespace)
+    pipe.cluster.wait_for(lambda: owned(pipe, "w1", namespace)["ds"] is None
+                          or owned(pipe, "w1", namespace)["ds"]["metadata"]["uid"]
+                          != ds["metadata"]["uid"], timeout=60, what="DaemonSet deleted")
+    assert pipe.post("delete", ds) in (200, 202)
+    again = owned(pipe, "w1", namespace)["ds"]
+    assert again is not None and again["metadata"]["uid"] != ds["metadata"]["uid"]
+    assert again["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] == port
+    assert condition(pipe, "w1", namespace, "Degraded")["status"] == "False"
+    assert condition(pipe, "b1", namespace, "Degraded")["reason"] == "HostPortConflict"
+    b1_ds = owned(pipe, "b1", namespace)["ds"]
+    assert b1_ds is not None
+    assert b1_ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] == \
+        old_port

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from eventop.engine.testing import World
 from eventop.handlers.mirrors import mirrors
 from eventop.handlers.mirrors.build import Names
@@ -273,7 +275,7 @@ def test_a_mirror_moving_onto_a_port_a_newer_mirror_serves_is_the_one_held_back(
     world.changed(mirrors, changed_spec(world, "docker-hub", hostPort=5004))
     degraded = condition(world, "docker-hub", "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
-    assert "registry-mirrors/gcr, whose node proxies serve it" in degraded["message"]
+    assert "registry-mirrors/gcr, which holds it" in degraded["message"]
     assert status(world, "docker-hub")["endpoint"] == "localhost:5001"  # still serving
     assert condition(world, "docker-hub", "Ready")["reason"] != "Available"
     world.converge(mirrors)  # gcr runs again (a resync, any event): still its port
@@ -402,3 +404,154 @@ def test_a_workload_gone_as_a_bare_reference_is_found_by_its_name() -> None:
                  "metadata": {"name": ds_name, "namespace": NS}}
     assert [str(r.key) for r in world.changed(mirrors, reference)] == [f"{NS}/quay"]
     assert world.get("apps/v1/DaemonSet", ds_name, NS) is not None
+
+
+# -- holding a hostPort -------------------------------------------------------------------
+
+
+def daemonsets_on(world: World, port: int) -> list[str]:
+    """The names of the DaemonSets whose node proxies use ``port``."""
+    return [ds["metadata"]["name"] for ds in world.list("apps/v1/DaemonSet", NS)
+            if ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] == port]
+
+
+def test_a_mirror_whose_daemonset_is_deleted_by_hand_keeps_its_port_and_gets_it_back() -> None:
+    """The user's trial: older b1 moves onto the port newer w1 serves (b1 is held back),
+    then w1's DaemonSet is deleted by hand. w1 still holds the port (its status says so):
+    its DaemonSet is created again on it, and b1 goes on being held back."""
+    world = World([new_mirror("b1", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("w1", "2026-11-21T07:30:00Z", hostPort=5003)])
+    world.converge(mirrors)
+    assert status(world, "w1")["hostPort"] == 5003
+    world.changed(mirrors, changed_spec(world, "b1", hostPort=5003))
+    assert condition(world, "b1", "Degraded")["reason"] == "HostPortConflict"
+    assert status(world, "b1")["hostPort"] == 5001  # its old DaemonSet still serves that
+    ds = world.get("apps/v1/DaemonSet", Names.of("w1").daemonset, NS)
+    world.delete("apps/v1/DaemonSet", ds["metadata"]["name"], NS)
+    world.changed(mirrors, {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                            "metadata": {"name": ds["metadata"]["name"], "namespace": NS}})
+    world.converge(mirrors)
+    assert daemonsets_on(world, 5003) == [Names.of("w1").daemonset]
+    again = world.get("apps/v1/DaemonSet", Names.of("w1").daemonset, NS)
+    assert again["metadata"]["uid"] != ds["metadata"]["uid"]
+    assert condition(world, "w1", "Degraded")["status"] == "False"
+    b1 = condition(world, "b1", "Degraded")
+    assert (b1["reason"], "registry-mirrors/w1, which holds it" in b1["message"]) == (
+        "HostPortConflict", True)
+    assert daemonsets_on(world, 5001) == [Names.of("b1").daemonset]
+
+
+def test_deleting_the_holding_mirror_frees_its_recorded_port_for_the_next() -> None:
+    world = World([new_mirror("b1", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("w1", "2026-11-21T07:30:00Z", hostPort=5003)])
+    world.converge(mirrors)
+    world.changed(mirrors, changed_spec(world, "b1", hostPort=5003))
+    last = world.get(MIRROR, "w1", NS)
+    world.delete(MIRROR, "w1", NS)
+    world.changed(mirrors, last)
+    assert daemonsets_on(world, 5003) == [Names.of("b1").daemonset]
+    assert status(world, "b1")["hostPort"] == 5003
+    assert condition(world, "b1", "Degraded")["status"] == "False"
+
+
+def test_two_mirrors_created_at_once_on_one_port_end_with_one_daemonset() -> None:
+    world = World([new_mirror("a", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("b", "2026-11-21T07:00:00Z", hostPort=5001)])
+    world.converge(mirrors)
+    world.converge(mirrors)
+    assert daemonsets_on(world, 5001) == [Names.of("a").daemonset]
+    assert status(world, "b").get("hostPort") is None
+
+
+def test_a_mirror_with_an_invalid_spec_does_not_keep_a_valid_one_off_its_port() -> None:
+    world = World([new_mirror("inv1", "2026-11-21T07:00:00Z", upstream="https://quay.io/a/b",
+                              hostPort=5005),
+                   new_mirror("ok", "2026-11-21T07:30:00Z", hostPort=5005)])
+    world.converge(mirrors)
+    assert condition(world, "inv1", "Degraded")["reason"] == "InvalidUpstream"
+    assert condition(world, "ok", "Degraded")["status"] == "False"
+    assert daemonsets_on(world, 5005) == [Names.of("ok").daemonset]
+
+
+def test_a_mirror_whose_spec_turns_invalid_keeps_the_port_its_objects_serve() -> None:
+    world = World([new_mirror("a", "2026-11-21T07:00:00Z", hostPort=5005)])
+    world.converge(mirrors)
+    world.changed(mirrors, changed_spec(world, "a", ttl="7d"))
+    world.put(new_mirror("b", "2026-11-21T08:00:00Z", hostPort=5005))
+    world.converge(mirrors)
+    assert condition(world, "b", "Degraded")["reason"] == "HostPortConflict"
+    assert daemonsets_on(world, 5005) == [Names.of("a").daemonset]
+
+
+# -- Ready while a new generation is held back ----------------------------------------------
+
+
+def test_ready_is_false_while_a_new_spec_waits_for_its_credentials_secret() -> None:
+    world = World([new_mirror("quay", upstream="https://quay.io", hostPort=5002)])
+    world.converge(mirrors)
+    mark_workloads_ready(world, "quay")
+    assert condition(world, "quay", "Ready")["status"] == "True"
+    world.changed(mirrors, changed_spec(world, "quay", upstream="https://mirror.gcr.io",
+                                        credentialsSecretRef={"name": "gcr-creds"}))
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "CredentialsSecretMissing")
+    assert ready["observedGeneration"] == 2
+    assert "generation 2 is held back" in ready["message"]
+    assert "previous spec keep serving at localhost:5002" in ready["message"]
+
+
+def test_ready_is_false_while_a_new_spec_waits_for_a_taken_host_port() -> None:
+    world = World([new_mirror("a", "2026-11-21T07:00:00Z", hostPort=5001),
+                   new_mirror("b", "2026-11-21T07:30:00Z", hostPort=5002)])
+    world.converge(mirrors)
+    mark_workloads_ready(world, "b")
+    world.changed(mirrors, changed_spec(world, "b", upstream="https://quay.io", hostPort=5001))
+    ready = condition(world, "b", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "HostPortConflict")
+    assert "keep serving at localhost:5002" in ready["message"]
+
+
+# -- Pod Security --------------------------------------------------------------------------
+
+
+def labelled_namespace(level: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": NS, "labels": {"pod-security.kubernetes.io/enforce": level}}}
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_a_namespace_whose_pod_security_refuses_host_ports_is_named(level: str) -> None:
+    world = World([labelled_namespace(level), new_mirror("quay", hostPort=5002)])
+    world.converge(mirrors)
+    assert len(owned(world, "quay")) == 5  # applied: relabelling the namespace is enough
+    names = Names.of("quay")
+    sts = world.get("apps/v1/StatefulSet", names.statefulset, NS)
+    world.changed(mirrors, world.put({**sts, "status": rolled_out_statefulset_status(sts)}))
+    degraded = condition(world, "quay", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PodSecurityForbidsHostPort")
+    assert level in degraded["message"] and "privileged" in degraded["message"]
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PodSecurityForbidsHostPort")
+
+
+def test_relabelling_the_namespace_privileged_clears_the_pod_security_problem() -> None:
+    world = World([labelled_namespace("baseline"), new_mirror("quay", hostPort=5002)])
+    world.converge(mirrors)
+    relabelled = world.put(labelled_namespace("privileged"))
+    assert [str(r.key) for r in world.changed(mirrors, relabelled)] == [f"{NS}/quay"]
+    assert condition(world, "quay", "Degraded")["status"] == "False"
+
+
+# -- images ------------------------------------------------------------------------------
+
+
+def test_a_whitespace_padded_image_touches_nothing_and_is_reported() -> None:
+    world = World([new_mirror("quay", upstream="https://quay.io", hostPort=5002)])
+    world.converge(mirrors)
+    before = {k: o["metadata"]["resourceVersion"] for k, o in owned(world, "quay").items()}
+    world.changed(mirrors, changed_spec(world, "quay",
+                                        image={"registry": "docker.io/library/registry:3.0.0 "}))
+    assert {k: o["metadata"]["resourceVersion"] for k, o in owned(world, "quay").items()} == \
+        before
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidImage")

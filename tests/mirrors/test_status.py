@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from eventop.engine import Outcome, WriteError
+from eventop.engine.write import one_line
 from eventop.handlers.mirrors import build
 from eventop.handlers.mirrors.desired import (
     credentials_digest,
@@ -14,6 +18,7 @@ from eventop.handlers.mirrors.desired import (
     in_the_way,
     plan_pvc,
     port_holders,
+    write_problems,
 )
 from eventop.handlers.mirrors.spec import parse_spec
 from eventop.handlers.mirrors.status import Problem, compute_status
@@ -22,6 +27,7 @@ from tests.mirrors.support import rolled_out_daemonset_status, rolled_out_statef
 
 Obj = dict[str, Any]
 NOW = "2026-11-21T08:00:00Z"
+RECORDINGS = Path(__file__).resolve().parents[1] / "recordings" / "errors"
 
 
 def mirror(name: str = "docker-hub", created: str = "2026-11-21T07:42:44Z", *,
@@ -186,7 +192,7 @@ def test_the_mirror_already_serving_a_host_port_keeps_it_over_an_earlier_one() -
     holders = {serving["metadata"]["uid"]}
     assert host_port_conflict(serving, 5004, everyone, holders) is None
     problem = host_port_conflict(earlier, 5004, everyone, holders)
-    assert problem is not None and "registry-mirrors/gcr, whose node proxies serve it" in \
+    assert problem is not None and "registry-mirrors/gcr, which holds it" in \
         problem.message
     # nobody serves it yet: the earliest, as before
     assert host_port_conflict(earlier, 5004, everyone, set()) is None
@@ -277,3 +283,43 @@ def test_objects_of_the_same_name_not_created_by_eventop_block_the_mirror() -> N
     assert in_the_way(m, [ours]) == []
     ours["metadata"]["ownerReferences"] = [{"uid": "an-earlier-incarnation"}]
     assert in_the_way(m, [ours]) == []
+
+
+def test_a_workload_held_in_deletion_by_a_finalizer_is_said_to_be_deleted() -> None:
+    m = mirror()
+    sts, ds = workloads(m)
+    ds["metadata"].update(generation=2, deletionTimestamp=NOW,
+                          finalizers=["example.com/keep"])
+    ready = cond(compute_status(m, sts, ds, problems=[], now=NOW), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WorkloadDeleting")
+    assert "DaemonSet mirror-docker-hub-node is being deleted" in ready["message"]
+    assert "example.com/keep" in ready["message"]
+    assert "observe generation" not in ready["message"]
+
+
+def test_a_registry_that_was_ready_is_not_said_to_be_not_ready_yet() -> None:
+    m = mirror()
+    sts, ds = workloads(m)
+    m["status"] = compute_status(m, sts, ds, problems=[], now=NOW)
+    sts, ds = workloads(m, ready_replicas=0)
+    m["status"] = compute_status(m, sts, ds, problems=[], now=NOW)
+    ready = cond(m["status"], "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RegistryNotReady")
+    assert "was ready before" in ready["message"] and "yet" not in ready["message"]
+    # the next run (a workload event) keeps saying so
+    again = cond(compute_status(m, sts, ds, problems=[], now=NOW), "Ready")
+    assert "was ready before" in again["message"]
+
+
+def test_a_refused_resize_says_the_servers_reason_without_its_struct_dump() -> None:
+    """The 422 a real v1.24 API server answers (tests/recordings/errors/
+    apply-422-pvc-resize-unbound.json), as the engine hands it over: on one line."""
+    recorded = json.loads((RECORDINGS / "apply-422-pvc-resize-unbound.json").read_text())
+    error = WriteError("apply", "PersistentVolumeClaim", "registry-mirrors",
+                       "mirror-docker-hub-cache", one_line(recorded["message"]), 422, "Invalid")
+    spec = parse_spec(mirror(storage={"size": "50Gi"}))
+    (problem,) = write_problems(Outcome(errors=[error]), spec, resize=True)
+    assert problem.reason == "ResizeRefused"
+    assert problem.message.endswith(
+        "(422 Invalid): PersistentVolumeClaim \"cache\" is invalid: spec: Forbidden: spec is "
+        "immutable after creation except resources.requests for bound claims")

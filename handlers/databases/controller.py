@@ -70,7 +70,10 @@ databases = Controller(
     # A claim's deletion (a namespace's, which takes them all, even while no router runs)
     # reclaims its volume: the PersistentVolumes whose data must outlive it are set to
     # Retain while the Database lives (see volumes).
-    reads=["v1/Namespace", "v1/PersistentVolume"],
+    reads=["v1/Namespace", "v1/PersistentVolume",
+           # its Services too, for the patch that puts back a port edited by hand (see
+           # guards.service_ports; patches are declared as reads)
+           _ours("v1/Service")],
     finalizer=FINALIZER,
     registry=registry,
     module=__name__,
@@ -113,6 +116,9 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         else None,
         volumes=bound_volumes(volumes, ns, names),
         namespace_terminating=terminating,
+        services=reads.children("v1/Service"),
+        neighbours=[other for other in reads.list(f"{API_VERSION}/{KIND}", ns)
+                    if other["metadata"]["name"] != meta["name"]],
     )
 
 
@@ -120,11 +126,16 @@ def desired(result: Plan, observed: Observed, db: Obj) -> Desired:
     children: list[Child] = []
     for obj in result.children or []:
         job = obj["kind"] == "Job"
-        children.append(Child(obj, mode="create" if job else "apply", force=not job))
+        if (obj["kind"], obj["metadata"]["name"]) in result.held:
+            # its ports are being put back by a patch this run: an apply now would be
+            # refused (see guards.service_ports); the next run applies it
+            children.append(Child(obj, matches=lambda existing, desired: True))
+        else:
+            children.append(Child(obj, mode="create" if job else "apply", force=not job))
     children += [kept(obj, observed) for obj in result.kept]
     return Desired(
         children=children, prune=result.children is not None,
-        status=(lambda outcome: with_outcome(result.status, outcome))
+        status=(lambda outcome: with_outcome(result.status, outcome, backup_children(db)))
         if result.status is not None else None,
         # decided from the children as the cache held them before this run's writes (a
         # CronJob it creates is "not scheduled" yet): the run after its writes says more
@@ -137,26 +148,47 @@ def desired(result: Plan, observed: Observed, db: Obj) -> Desired:
         requeue_after=result.requeue_after, done=result.finalize)
 
 
-def with_outcome(status: Obj, outcome: Outcome) -> Obj:
-    """The status, with ``Ready`` False while a child could not be written: an object of
-    someone else's at its name (a Service ``pay`` made by hand: the Database would report
-    an endpoint that is not its own), or a write the API server refused."""
-    refused = outcome.refused
-    if outcome.conflicts:
-        first = outcome.conflicts[0]
-        reason, message = "ChildConflict", (
-            f"{first.kind} {first} exists and is not this Database's: left unchanged; delete "
-            "or rename it to let eventop manage it")
-    elif refused:
-        reason, message = "WriteRefused", f"the API server refused to {refused[0]}"
-    else:
+def backup_children(db: Obj) -> set[tuple[str, str]]:
+    """(kind, name) of the children that do not serve clients, the backup CronJob and the
+    backup volume's claim: a write of theirs refused (a claim that can not be resized) is
+    about the backups, not about whether the servers serve."""
+    names = Names.of(db["metadata"]["name"])
+    return {("CronJob", names.backup_cronjob), ("PersistentVolumeClaim", names.backup_pvc)}
+
+
+def with_outcome(status: Obj, outcome: Outcome,
+                 backup: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset()
+                 ) -> Obj:
+    """The status, with ``Ready`` False while a serving child could not be written: an
+    object of someone else's at its name (a Service ``pay`` made by hand: the Database
+    would report an endpoint that is not its own), or a write the API server refused.
+
+    A backup child's (the backup CronJob, the backup volume's claim) is reported in
+    ``BackupHealthy`` instead: the servers serve all the same, and a Database whose every
+    server was ready read ``Ready=False``, phase Degraded, over a refused resize of its
+    backup volume (found on a real v1.24 API server). The engine posts the Warning Event
+    of each refused write."""
+    problems = [*((c, "ChildConflict", f"{c.kind} {c} exists and is not this Database's: "
+                   "left unchanged; delete or rename it to let eventop manage it")
+                  for c in outcome.conflicts),
+                *((r, "WriteRefused", f"the API server refused to {r}")
+                  for r in outcome.refused)]
+    backups = [p for p in problems if (p[0].kind, p[0].name) in backup]
+    serving = [p for p in problems if (p[0].kind, p[0].name) not in backup]
+    conditions = status.get("conditions")
+    phase = status.get("phase")
+    for found, type_, prefix in ((serving, "Ready", ""), (backups, "BackupHealthy", "Backup")):
+        if not found:
+            continue
+        _, reason, message = found[0]
+        if len(found) > 1:
+            message += f" (and {len(found) - 1} more, see the Events)"
+        conditions = set_condition(conditions, type_, "False", prefix + reason, message,
+                                   now_rfc3339(), status.get("observedGeneration"))
+        if type_ == "Ready" and phase == "Ready":
+            phase = "Degraded"
+    if conditions is status.get("conditions"):
         return status
-    more = len(outcome.conflicts) + len(refused) - 1
-    if more:
-        message += f" (and {more} more, see the Events)"
-    conditions = set_condition(status.get("conditions"), "Ready", "False", reason, message,
-                               now_rfc3339(), status.get("observedGeneration"))
-    phase = "Degraded" if status.get("phase") == "Ready" else status.get("phase")
     return {**status, "conditions": conditions, "phase": phase}
 
 

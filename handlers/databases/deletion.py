@@ -59,6 +59,7 @@ the meantime is replaced by what runs (or its default), so no edit can hold a Da
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from eventop.handlers.databases import jobs, lifecycle, observe, status, volumes, workload
@@ -162,7 +163,7 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
             return backup
         if observed.job(Names.of(spec.name).final_backup_job) is not None:
             done = [jobs.final_backup_job(spec, running)]
-    stopping = _stop_servers(spec, observed)
+    stopping = _stop_servers(db, spec, observed)
     if stopping is not None:
         stopping.children += done
         return stopping
@@ -245,7 +246,7 @@ def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:
                  events=[("Warning", "NamespaceDeleted", f"{why}; {kept}")])
 
 
-def _stop_servers(spec: DatabaseSpec, observed: Observed) -> _Step | None:
+def _stop_servers(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step | None:
     """Every StatefulSet scaled to zero, until its controller reports no pod left; None once
     they are all stopped (or there are none)."""
     running = [sts for sts in observed.statefulsets if not observe.stopped(sts)]
@@ -260,11 +261,43 @@ def _stop_servers(spec: DatabaseSpec, observed: Observed) -> _Step | None:
         if version is None or image is None:  # not one eventop built: delete it as it is
             continue
         scaled.append(workload.statefulset(none, (str(version), image), major,
-                                           claim_template=lifecycle._claim_template(sts)))
-    pods = sum(observe.pods(sts) for sts in running)
+                                           claim_template=observe.claim_template(sts)))
+    left = [f"{sts['metadata']['name']}-{i}" for sts in running
+            for i in range(observe.pods(sts))]
     names = ", ".join(sts["metadata"]["name"] for sts in running)
+    pods = ", ".join(left) or "none reported yet"
+    since = _stopping_since(db, observed)
+    waited = (observed.now - since).total_seconds() if since is not None else 0.0
+    if left and waited >= STOP_WARNING:
+        return _Step(("True", "ServersNotStopping",
+                      f"the servers ({names}) were asked to stop {int(waited // 60)} minutes "
+                      f"ago and pods are left: {pods}. A pod that stays Terminating is held "
+                      "by finalizers or by a node that does not answer (kubectl get pod "
+                      f"{left[0]} -o jsonpath='{{.metadata.finalizers}}'): remove the "
+                      "finalizer, or once sure its server stopped, force-delete the pod "
+                      "(kubectl delete pod --force --grace-period=0). The snapshots wait: "
+                      "a running server must not write while they are taken"),
+                     children=scaled)
     return _Step(("True", "StoppingServers",
-                  f"stopping the servers ({names}): {pods} pods left"), children=scaled)
+                  f"stopping the servers ({names}): {len(left)} pods left ({pods})"),
+                 children=scaled)
+
+
+#: Seconds the servers may take to stop (each pod has a 60-second grace period, and pods
+#: stop one after another) before a Warning says what holds them.
+STOP_WARNING = 5 * 60
+
+
+def _stopping_since(db: Obj, observed: Observed) -> datetime | None:
+    """When the servers were asked to stop: at the deletion, or once the final backup (taken
+    while they still run) completed. Derived from what the cluster holds, so every run and
+    every router replica agrees, with nothing remembered."""
+    since = observe.parse_time(db["metadata"].get("deletionTimestamp"))
+    final = observed.job(Names.of(db["metadata"]["name"]).final_backup_job)
+    finished = observe.job_finished(final) if final is not None else None
+    if finished is not None and (since is None or finished > since):
+        return finished
+    return since
 
 
 def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, str],
@@ -284,7 +317,7 @@ def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, st
     state = observe.job_state(found)
     if state == COMPLETE:
         return None
-    server = workload.statefulset(spec, running, major, claim_template=lifecycle._claim_template(
+    server = workload.statefulset(spec, running, major, claim_template=observe.claim_template(
         observed.statefulset(major)))
     children = [workload.config_map(spec), workload.headless_service(spec),
                 workload.client_service(spec, major), server, job]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eventop.engine import PARENT_UID_LABEL
-from eventop.handlers.databases import jobs, observe, status, volumes, workload
+from eventop.handlers.databases import guards, jobs, observe, status, volumes, workload
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import (
     DEFAULT_RESOURCES,
@@ -43,6 +43,7 @@ from eventop.handlers.databases.spec import (
     Version,
     check_resources,
     database_name,
+    describe,
     image_for,
     parse_spec,
     resolve,
@@ -76,6 +77,8 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     finalize: bool = False
     requeue_after: float | None = None
+    #: (kind, name) of children not to write this run: a patch of this run puts them right
+    held: set[tuple[str, str]] = field(default_factory=set)
 
 
 #: Events about something the run itself does (not a state it reports): posted by that run
@@ -96,6 +99,10 @@ def plan(db: Obj, observed: Observed, new_password: Callable[[], str]) -> Plan:
         return deletion.plan(db, initialized_name(db, spec, observed), observed)
     return keep_volumes(db, observed, running(db, spec, observed, new_password))
 
+
+#: Seconds until a Database that gave way to another of its name's Services looks again
+#: (nothing maps the other Database's deletion to it).
+COLLISION_RECHECK = 60.0
 
 #: Seconds until a Database whose bound claim names a PersistentVolume the cache has not
 #: seen yet looks again (no event of a PersistentVolume runs a Database).
@@ -173,7 +180,7 @@ def _running_size(observed: Observed) -> str:
     """The data volume size of a StatefulSet's template; with none, any valid size (a
     StatefulSet made again for a final backup binds the existing claims whatever it asks)."""
     for sts in observed.statefulsets:
-        template = _claim_template(sts) or {}
+        template = observe.claim_template(sts) or {}
         found = (((template.get("spec") or {}).get("resources") or {}).get("requests")
                  or {}).get("storage")
         if found:
@@ -300,6 +307,23 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
             f"Secret {names.secret} was deleted and is made again with new passwords, which "
             "the server does not know: restore the deleted Secret (or set the roles' "
             "passwords to the new ones as the postgres user inside the primary's pod)"))
+    collision = guards.name_collision(db, observed)
+    if collision is not None:
+        facts.ready = ("False", "NameCollision", collision)
+        facts.phase = "Failed"
+        new, events, _ = status.compute(db, facts, observed, spec.replicas)
+        kept = []
+        if observed.secret is not None and is_ours(observed.secret, db):
+            # its passwords kept, but no address: host and uri would name the other
+            # Database's Service, and clients would connect to the wrong server
+            unaddressed = workload.credentials_secret(spec, passwords(observed.secret,
+                                                                      new_password))
+            unaddressed["data"] = {k: v for k, v in unaddressed["data"].items()
+                                   if k not in ("host", "uri")}
+            kept.append(unaddressed)
+        # (the other Database's deletion runs only that one: look again now and then)
+        return Plan(children=None, status=new, events=events, kept=kept,
+                    requeue_after=COLLISION_RECHECK)
     kept_name = initialized_name(db, spec, observed)
     renamed = None
     if kept_name.database_name != spec.database_name:
@@ -325,14 +349,22 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
             step = _upgrade(spec, observed, (version, image), facts)
     else:
         facts.progressing = ("False", "Stable",
-                             f"PostgreSQL {version}, as spec.version asks: no upgrade under way")
+                             f"PostgreSQL {describe(version, image)}, as spec.version asks: no "
+                             "upgrade under way")
     if renamed is not None and facts.progressing[1] == "Stable":  # (an upgrade says more)
         facts.progressing = renamed
+    unapplied = guards.storage_class_refused(spec, observed)
+    if unapplied is not None and facts.progressing[1] == "Stable":
+        facts.progressing = ("False", "StorageClassImmutable", unapplied)
     version, image = step.serve
     built, built_image = step.build
     serving_sts = observed.statefulset(version.major)
+    if facts.progressing[1] == "Stable" and observe.rolling_out(serving_sts):
+        facts.progressing = ("True", "RollingOut",
+                             f"rolling the servers out to the current spec "
+                             f"({observe.rollout_progress(serving_sts)})")
     children.append(workload.statefulset(spec, (str(built), built_image), built.major,
-                                         claim_template=_claim_template(serving_sts)))
+                                         claim_template=observe.claim_template(serving_sts)))
     children.append(workload.client_service(spec, version.major))
     children += step.extra
     facts.version, facts.image, facts.serving = str(version), image, serving_sts
@@ -340,9 +372,11 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
     if facts.initialized[0] == "True":
         children.append(jobs.backup_cronjob(spec, (str(version), image), version.major))
     new, events, recheck = status.compute(db, facts, observed, spec.replicas)
+    fixes = guards.service_ports(children, observed)
     return Plan(children=children, status=new,
                 kept=[secret, workload.backup_pvc(spec, observed.backup_pvc)],
-                events=events, requeue_after=recheck)
+                events=events, requeue_after=recheck, patches=fixes,
+                held={(p["kind"], p["metadata"]["name"]) for p in fixes})
 
 
 @dataclass
@@ -353,18 +387,6 @@ class Step:
     serve: tuple[Version, str]
     build: tuple[Version, str]
     extra: list[Obj] = field(default_factory=list)
-
-
-def _claim_template(sts: Obj | None) -> Obj | None:
-    """The existing data volume template (immutable once the StatefulSet exists)."""
-    templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
-    if not templates:
-        return None
-    template = templates[0]
-    return {"metadata": {k: v for k, v in (template.get("metadata") or {}).items()
-                         if k in ("name", "labels")},
-            "spec": {k: v for k, v in (template.get("spec") or {}).items()
-                     if k in ("accessModes", "resources", "storageClassName")}}
 
 
 def _upgrade(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
@@ -391,16 +413,19 @@ def _upgrade(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str
             return Step(current, current, [pre])
         if state != COMPLETE:
             facts.progressing = ("True", "BackingUp",
-                                 f"backing up before upgrading {version} -> {spec.version}")
+                                 f"backing up before upgrading {describe(version, image)} -> "
+                                 f"{describe(spec.version, spec.image)}")
             return Step(current, current, [pre])
     if spec.version.major != version.major:
         return _major(spec, observed, current, target, facts)
     if old_sts is not None and observe.rolled_out(old_sts) and observe.sts_image(
             old_sts) == spec.image:
-        facts.progressing = ("False", "Stable", f"PostgreSQL {spec.version} serves")
+        facts.progressing = ("False", "Stable",
+                             f"PostgreSQL {describe(spec.version, spec.image)} serves")
         return Step(target, target)
     facts.progressing = ("True", "RollingUpdate",
-                         f"rolling the servers from {version} to {spec.version}")
+                         f"rolling the servers from {describe(version, image)} to "
+                         f"{describe(spec.version, spec.image)}")
     return Step(current, target)
 
 
@@ -412,7 +437,7 @@ def _major(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
     new_sts = observed.statefulset(new_major)
     built = (str(target[0]), target[1])
     extra = [workload.statefulset(spec, built, new_major,
-                                  claim_template=_claim_template(new_sts))]
+                                  claim_template=observe.claim_template(new_sts))]
     job_name = names.upgrade_job(new_major)
     job = observed.job(job_name)
     if job is None and observe.ready_replicas(new_sts) < 1:

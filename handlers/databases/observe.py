@@ -30,7 +30,8 @@ class Observed:
     data volumes and its backup volume (their ``claimRef``): while it lives, those its bound
     claims name (``volumeName``); once it or its namespace is being deleted, every one
     whose ``claimRef`` names them, there even once the claims are gone.
-    ``namespace_terminating``: its namespace is being deleted.
+    ``namespace_terminating``: its namespace is being deleted. ``neighbours``: the other
+    Databases in its namespace.
     """
 
     now: datetime
@@ -43,6 +44,10 @@ class Observed:
     snapshots: list[Obj] | None = None
     volumes: list[Obj] = field(default_factory=list)
     namespace_terminating: bool = False
+    #: its Services as they are (a port edited by hand is put back, see lifecycle)
+    services: list[Obj] = field(default_factory=list)
+    #: the other Databases of its namespace (their Services' names may be its own)
+    neighbours: list[Obj] = field(default_factory=list)
 
     def statefulset(self, major: int) -> Obj | None:
         for sts in self.statefulsets:
@@ -234,3 +239,36 @@ def snapshot_names(observed: Observed, db_uid: str, names: Names) -> dict[str, s
     return {p["metadata"]["name"]: names.snapshot(p["metadata"]["name"], db_uid)
             for p in sorted(observed.data_pvcs, key=lambda p: p["metadata"]["name"])
             if is_bound(p)}
+
+def claim_template(sts: Obj | None) -> Obj | None:
+    """The existing data volume template (immutable once the StatefulSet exists)."""
+    templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
+    if not templates:
+        return None
+    template = templates[0]
+    return {"metadata": {k: v for k, v in (template.get("metadata") or {}).items()
+                         if k in ("name", "labels")},
+            "spec": {k: v for k, v in (template.get("spec") or {}).items()
+                     if k in ("accessModes", "resources", "storageClassName")}}
+
+
+def rolling_out(sts: Obj | None) -> bool:
+    """The StatefulSet controller is moving the pods to a new template (a changed port,
+    resources, a scale): it has not seen the latest spec yet, or its current and update
+    revisions differ (they agree again only once every pod is updated and ready). The pods
+    it restarts are planned downtime, not a problem: reported as progressing (``RollingOut``),
+    not Degraded. A StatefulSet its controller never reported on (just made) is not."""
+    status = (sts or {}).get("status") or {}
+    if sts is None or not status.get("currentRevision"):
+        return False
+    return (int(status.get("observedGeneration") or 0) < int(
+        sts["metadata"].get("generation") or 0)
+        or status.get("updateRevision") != status.get("currentRevision"))
+
+
+def rollout_progress(sts: Obj | None) -> str:
+    status = (sts or {}).get("status") or {}
+    want = int(((sts or {}).get("spec") or {}).get("replicas", 1))
+    return (f"{int(status.get('updatedReplicas') or 0)} of {want} updated, "
+            f"{int(status.get('readyReplicas') or 0)} ready")
+

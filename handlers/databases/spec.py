@@ -101,14 +101,62 @@ class DatabaseSpec:
         return self.database_name
 
 
+#: An official-image style tag that names a version: ``17``, ``17.7``, ``17.7-alpine``,
+#: ``16-bookworm`` (the major, the minor, then a variant).
+_VERSION_TAG = re.compile(r"([0-9]{1,3})(?:\.([0-9]{1,3}))?(?:-[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def image_version(image: str) -> Version | None:
+    """The PostgreSQL version an image's tag names, for an image of a repository named
+    ``postgres`` (``postgres:17.7-alpine``, ``registry.example/mirror/postgres:16``); None
+    when the tag names none (``latest``, no tag, only a digest) or the repository is another
+    one (its tags are its own: ``postgis/postgis:16-3.4`` is not read).
+
+    Why: the image decides which binaries open the data directory. Trusting
+    ``spec.version`` alone reported a version that did not run, and let a v16 Database roll
+    onto 17 binaries (which can not open a 16 data directory)."""
+    name = image.split("@", 1)[0]
+    repository, _, tag = name.rpartition(":")
+    if not repository or "/" in tag:  # no tag (the colon was a registry port's)
+        return None
+    if repository.rsplit("/", 1)[-1] != "postgres":
+        return None
+    match = _VERSION_TAG.fullmatch(tag)
+    if not match:
+        return None
+    return Version(int(match[1]), int(match[2]) if match[2] is not None else None)
+
+
+def describe(version: Version | str, image: str | None) -> str:
+    """A version for a message: ``17.7``; with ``(image X)`` when an image whose tag names no
+    version runs (``latest``, a digest): its version is only what spec.version says."""
+    if image and image != image_for(Version.parse(str(version))) \
+            and image_version(image) is None:
+        return f"{version} (image {image})"
+    return str(version)
+
+
 def resolve(version: Version, image: str | None) -> tuple[Version, str]:
-    """(version that runs, image). Raises SpecError for a major eventop does not support."""
+    """(version that runs, image). Raises SpecError for a major eventop does not support,
+    and for an image whose tag names another major than ``spec.version`` (its binaries
+    could not open the data directory). An image whose tag names a version runs that
+    version (status.version reports it); one whose tag names none runs what
+    ``spec.version`` says (trusted as written)."""
     if version.major not in PINNED_MINOR:
         supported = ", ".join(str(m) for m in sorted(PINNED_MINOR))
         raise SpecError(f"PostgreSQL {version.major} is not supported; choose one of "
                         f"{supported}", reason="UnsupportedVersion")
     if image:
-        return version, image
+        tagged = image_version(image)
+        if tagged is None:
+            return version, image
+        if tagged.major != version.major:
+            raise SpecError(f"spec.image {image!r} runs PostgreSQL {tagged} but spec.version "
+                            f"is {version}: the major versions must be the same (set "
+                            f"spec.version to {tagged.major} to upgrade, or use a "
+                            f"PostgreSQL {version.major} image)",
+                            reason="ImageVersionMismatch")
+        return tagged, image
     if version.minor is None:
         version = Version(version.major, PINNED_MINOR[version.major])
     return version, f"{IMAGE_REPOSITORY}:{version}"

@@ -1,11 +1,12 @@
 """A Database's status, and the Events its changes deserve, from what the lifecycle decided
 and what the children report. Pure: one place decides every condition, phase and Event.
 
-Conditions: ``Ready`` (every replica serves, the initial configuration is applied),
+Conditions: ``Ready`` (every replica serves, the initial configuration is applied;
+``ServersDown`` when servers that were ready are not, outside a planned change),
 ``Initialized`` (the init Job completed, once), ``BackupHealthy`` (the last scheduled backup
-did not fail, and one succeeded within two schedule periods), ``Progressing`` (an upgrade in
-flight, or why the requested version or database name is not the running one), and
-``Deleting`` while the finalizer waits for the data to be kept.
+did not fail, and one succeeded within two schedule periods), ``Progressing`` (an upgrade or
+a rollout in flight, or why the requested version, database name or storage class is not
+the running one), and ``Deleting`` while the finalizer waits for the data to be kept.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from eventop.handlers.databases import observe
 from eventop.handlers.databases.jobs import SCHEDULED
 from eventop.handlers.databases.observe import COMPLETE, FAILED, RUNNING, Observed
 from eventop.handlers.databases.schedule import next_tick, two_periods_ago
+from eventop.handlers.databases.spec import describe
 from eventop.kube import get_condition, set_condition
 
 Obj = dict[str, Any]
@@ -28,7 +30,8 @@ Event = tuple[str, str, str]  # type (Normal, Warning), reason, message
 WARNING_REASONS = {
     "InvalidSpec", "SecretConflict", "InitFailed", "BackupFailed", "NoRecentBackup",
     "DowngradeRefused", "DatabaseNameRefused", "UpgradeBackupFailed", "UpgradeFailed",
-    "SnapshotFailed", "SnapshotTimedOut", "FinalBackupFailed",
+    "SnapshotFailed", "SnapshotTimedOut", "FinalBackupFailed", "ServersNotStopping",
+    "NameCollision", "StorageClassImmutable", "ServersDown",
 }
 
 
@@ -56,14 +59,21 @@ def backup_fields(observed: Observed, old: Obj) -> Obj:
     (kept in the status once seen: the CronJob keeps only a few Jobs)."""
     fields: Obj = {}
     jobs = observe.backup_jobs(observed)
+    remembered = old.get("lastBackup") or None
     if jobs:
         last = jobs[-1]
         fields["lastBackup"] = {
             "time": observe.format_time(observe.job_finished(last)),  # type: ignore[arg-type]
             "result": "Succeeded" if observe.job_state(last) == COMPLETE else "Failed",
             "job": last["metadata"]["name"]}
-    elif old.get("lastBackup"):
-        fields["lastBackup"] = old["lastBackup"]
+        # Never back in time: once the CronJob's history limit removed the newest Jobs'
+        # elders, or the newest one was deleted, an older Job is all that is left (found on
+        # a real v1.24 API server: lastBackup went back to an older Job).
+        before = observe.parse_time((remembered or {}).get("time"))
+        if before is not None and before > observe.job_finished(last):  # type: ignore[operator]
+            fields["lastBackup"] = remembered
+    elif remembered:
+        fields["lastBackup"] = remembered
     successes = [observe.job_finished(j) for j in jobs if observe.job_state(j) == COMPLETE]
     previous = observe.parse_time(old.get("lastSuccessfulBackup"))
     best = max([t for t in [*successes, previous] if t is not None], default=None)
@@ -86,11 +96,19 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
                 f"the last scheduled backup, Job {job['metadata']['name']}, failed: "
                 f"{observe.job_failure(job)}; see its logs"), recheck
     since = two_periods_ago(schedule, now)
+    name = observed.cronjob["metadata"]["name"]
+    suspended = (f"; CronJob {name} is suspended (spec.suspend, set by hand): no scheduled "
+                 f"backup runs until it is resumed (kubectl patch cronjob {name} -p "
+                 "'{\"spec\":{\"suspend\":false}}')"
+                 if (observed.cronjob.get("spec") or {}).get("suspend") else "")
     if last_success is not None and last_success >= since:
         return ("True", "BackupSucceeded",
-                f"last backup succeeded at {observe.format_time(last_success)}"), recheck
+                f"last backup succeeded at {observe.format_time(last_success)}{suspended}"
+                ), recheck
     started = observe.parse_time(observed.cronjob["metadata"].get("creationTimestamp"))
-    if started is not None and started > since:
+    # the first backup only while there never was one: a CronJob made again (deleted by
+    # hand) is new, but the Database's backups are not
+    if started is not None and started > since and last_success is None and not suspended:
         running = sorted(j["metadata"]["name"] for j in observed.jobs
                          if observe.backup_kind(j) == SCHEDULED
                          and observe.job_state(j) == RUNNING)
@@ -103,7 +121,7 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
     return ("False", "NoRecentBackup",
             f"no backup succeeded since {observe.format_time(since)} (two schedule periods of "
             f"{schedule!r})" + (f"; the last one at {observe.format_time(last_success)}"
-                                if last_success else "")), recheck
+                                if last_success else "") + suspended), recheck
 
 
 def ready_condition(facts: Facts, want: int) -> Condition:
@@ -121,6 +139,24 @@ def ready_condition(facts: Facts, want: int) -> Condition:
     if ready < want:
         return ("False", "StandbysNotReady", f"{ready} of {want} servers ready")
     return ("True", "Running", f"{ready} of {want} servers ready at {facts.endpoint}")
+
+
+def servers_down(ready: Condition, facts: Facts, old: Obj) -> Condition:
+    """``ready``, as ``ServersDown`` when servers that were ready no longer are: fewer ready
+    than the status said, while the Database is initialized and nothing planned (an
+    upgrade, a rollout) takes them down; kept while they are not all back. Then entering
+    it posts a Warning and leaving it a Normal Event; a server going down posted nothing
+    (found on a real v1.24 API server: "0 of 1 servers ready" without a Warning). Not for
+    servers that were never ready yet (a Database being created, scaled up)."""
+    if ready[1] not in ("ServerNotReady", "StandbysNotReady") or facts.progressing[0] == "True" \
+            or facts.initialized[0] != "True":
+        return ready
+    before = get_condition(old, "Ready") or {}
+    now = observe.ready_replicas(facts.serving)
+    if now < int(old.get("readyReplicas") or 0) or before.get("reason") == "ServersDown":
+        return ("False", "ServersDown", f"{ready[2]}: servers that were ready are not; see "
+                                        "their pods' events and logs")
+    return ready
 
 
 def phase_of(facts: Facts, ready: Condition) -> str:
@@ -145,7 +181,7 @@ def compute(db: Obj, facts: Facts, observed: Observed, want_replicas: int
     old = dict(db.get("status") or {})
     generation = (db.get("metadata") or {}).get("generation")
     now = observe.format_time(observed.now)
-    ready = ready_condition(facts, want_replicas)
+    ready = servers_down(ready_condition(facts, want_replicas), facts, old)
     status: Obj = {"observedGeneration": generation, "phase": phase_of(facts, ready)}
     for key, value in (("version", facts.version), ("image", facts.image),
                        ("endpoint", facts.endpoint), ("credentialsSecret", facts.secret)):
@@ -189,7 +225,11 @@ def transition_events(old: Obj, new: Obj) -> list[Event]:
     init_now = get_condition(new, "Initialized") or {}
     if init_now.get("status") == "True" and init_before.get("status") != "True":
         events.append(("Normal", "Initialized", str(init_now.get("message", ""))))
-    if old.get("version") and new.get("version") and old["version"] != new["version"]:
+    if old.get("version") and new.get("version") and (
+            old["version"] != new["version"]
+            or (old.get("image") and new.get("image") and old["image"] != new["image"])):
+        # (an image whose tag names no version is named: its version is only spec.version's)
         events.append(("Normal", "Upgraded",
-                       f"PostgreSQL {old['version']} -> {new['version']} now serves"))
+                       f"PostgreSQL {describe(old['version'], old.get('image'))} -> "
+                       f"{describe(new['version'], new.get('image'))} now serves"))
     return events

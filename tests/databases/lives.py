@@ -219,6 +219,29 @@ def major_upgrade(life: Life, major: int) -> None:
     assert life.image("batch/v1/CronJob", life.names.backup_cronjob).endswith(f":{version}")
 
 
+def service_port_edited_by_hand(life: Life) -> None:
+    """A client Service port changed by hand (``kubectl patch --type=json``) is put back,
+    its clusterIP kept. Server-side apply merges a Service's ports by port number: the
+    desired 5432 was added beside the hand-edited 1234 under the same name and refused as a
+    duplicate, and the Database stayed Ready=False WriteRefused until the Service was
+    deleted (found on a real v1.24 API server; the local one replaces lists whole)."""
+    before = life.object("v1/Service", life.name)
+    kube = life.cluster.kube
+    kube.request("PATCH", kube.resource("v1", "Service").path(life.namespace, life.name),
+                 verb="patch", body=[{"op": "replace", "path": "/spec/ports/0/port",
+                                      "value": 1234}],
+                 content_type="application/json-patch+json",
+                 query=[("fieldManager", "kubectl-patch")])
+    life.wait("the port put back", lambda: [
+        (p["name"], p["port"]) for p in life.object("v1/Service", life.name)["spec"]["ports"]]
+        == [("postgres", 5432)])
+    assert life.object("v1/Service", life.name)["spec"]["clusterIP"] == \
+        before["spec"]["clusterIP"]
+    life.status("Ready again", lambda s: condition(s, "Ready")["status"] == "True")
+    assert not [e for e in life.cluster.list("v1/Event", life.namespace)
+                if e["reason"] == "WriteRefused"]
+
+
 def data_volumes(life: Life) -> list[str]:
     return sorted(p["metadata"]["name"] for p in life.cluster.list(
         "v1/PersistentVolumeClaim", life.namespace)

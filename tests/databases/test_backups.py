@@ -131,3 +131,61 @@ def test_a_new_backup_volume_takes_backup_storage_size_else_storage_size() -> No
     other = World(database(backup={"schedule": "0 0 * * *", "storage": {"size": "8Gi"}}))
     other.converge()
     assert backup_claim_size(other) == "8Gi"
+
+
+def test_a_cronjob_deleted_by_hand_and_made_again_does_not_await_a_first_backup() -> None:
+    """After the CronJob was deleted by hand (and made again), BackupHealthy said the first
+    backup was still to come although lastSuccessfulBackup existed (found on a real v1.24
+    API server)."""
+    world = created(World(database()))
+    world.advance(hours=14)
+    job = world.cron_run()
+    world.converge()
+    del world.objects[("Job", job)]  # (its Jobs go with it)
+    del world.objects[("CronJob", "orders-backup")]
+    world.advance(days=2, hours=1)  # its successor made now: no backup in two periods
+    world.converge()
+    world.converge()
+    assert "CronJob" in {k for k, _ in world.objects}
+    assert health(world) == ("False", "NoRecentBackup")
+    assert "the last one at 2026-11-21T00:00:00Z" in world.condition("BackupHealthy")["message"]
+
+
+def test_the_last_backup_never_goes_back_to_an_older_job() -> None:
+    world = created(World(database()))
+    world.advance(hours=14)
+    older = world.cron_run()
+    world.advance(days=1)
+    newer = world.cron_run()
+    world.converge()
+    assert world.db["status"]["lastBackup"]["job"] == newer
+    del world.objects[("Job", newer)]  # deleted by hand, or by the history limit
+    world.converge()
+    assert world.db["status"]["lastBackup"]["job"] == newer
+    assert world.db["status"]["lastBackup"]["time"] == "2026-11-22T00:00:00Z"
+    assert older in world.names("Job")
+
+
+def test_a_cronjob_suspended_by_hand_is_named_when_no_backup_is_recent() -> None:
+    """The handler leaves a suspension alone (see the README) and says it is why."""
+    world = created(World(database()))
+    world.advance(hours=14)
+    world.cron_run()
+    world.converge()
+    suspend(world)
+    world.reconcile()
+    assert health(world) == ("True", "BackupSucceeded")
+    assert "CronJob orders-backup is suspended" in world.condition("BackupHealthy")["message"]
+    world.advance(days=2, hours=1)
+    suspend(world)
+    world.reconcile()
+    assert health(world) == ("False", "NoRecentBackup")
+    message = world.condition("BackupHealthy")["message"]
+    assert "CronJob orders-backup is suspended (spec.suspend, set by hand)" in message
+
+
+def suspend(world: World) -> None:
+    """``kubectl patch cronjob --patch '{"spec":{"suspend":true}}'``: another manager's field,
+    which the handler's apply leaves (this World's apply replaces the object whole, so the
+    test suspends it again before each run)."""
+    world.get("CronJob", "orders-backup")["spec"]["suspend"] = True

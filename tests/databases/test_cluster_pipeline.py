@@ -235,3 +235,12 @@ def test_a_port_change_moves_the_services_and_the_server_leaving_no_old_port_beh
                   lambda kind=kind, name=name: ports(kind, name) == [5433])
     ready = lives.condition(life.get(DB, "orders")["status"], "Ready")
     assert ready["reason"] != "WriteRefused", ready
+
+
+def test_a_service_port_edited_by_hand_is_put_back_keeping_its_cluster_ip(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    _pipe, ns = with_snapshot_api
+    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
+                TIMEOUT)
+    lives.serve(life, version="16", replicas=1)
+    lives.service_port_edited_by_hand(life)

@@ -254,3 +254,48 @@ def test_a_live_database_sets_the_volumes_its_claims_are_bound_to_to_retain() ->
     world.converge(databases)
     assert reclaim() == {"pv-data": ("Delete", None), "pv-backups": ("Retain", "Delete"),
                          "pv-stranger": ("Delete", None)}
+
+
+def test_a_database_named_as_anothers_headless_service_gives_way_and_names_it() -> None:
+    """Databases ``a`` and ``a-hl`` fought over Service ``a-hl`` (a's headless, a-hl's
+    client Service): the newer one's ChildConflict said to delete or rename the Service,
+    and its Secret's host named the other Database's Service (found on a real API
+    server)."""
+    older, newer = database("a"), database("a-hl")
+    for db in (older, newer):
+        db["metadata"].pop("uid")
+        db["metadata"].pop("finalizers")
+    newer["metadata"]["creationTimestamp"] = "2026-11-20T10:05:00Z"
+    world = World([older, newer])
+    world.converge(databases)
+    status = world.get(DB, "a-hl", "shop")["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NameCollision")
+    assert ready["message"].startswith(
+        "Database a's headless Service is named a-hl, the name of this Database's client "
+        "Service; rename one of the two")
+    assert world.get("v1/Secret", "a-hl-credentials", "shop") is None
+    assert world.get("apps/v1/StatefulSet", "a-hl-pg16", "shop") is None
+    service = world.get("v1/Service", "a-hl", "shop")
+    assert service["spec"]["clusterIP"] == "None"  # a's headless Service, left as it is
+    theirs = world.get(DB, "a", "shop")["status"]
+    assert next(c for c in theirs["conditions"] if c["type"] == "Ready")["reason"] != \
+        "ChildConflict"
+
+
+def test_a_database_that_gives_way_keeps_its_passwords_but_no_address() -> None:
+    """A Secret the newer Database made before this check existed (while the two fought)
+    keeps its passwords, but no longer points clients at the other Database's Service."""
+    older, newer = database("a"), database("a-hl")
+    for db in (older, newer):
+        db["metadata"].pop("uid")
+        db["metadata"].pop("finalizers")
+    newer["metadata"]["creationTimestamp"] = "2026-11-20T10:05:00Z"
+    world = World([newer])  # (as if the older one were not seen: its Secret is made)
+    world.converge(databases)
+    password = world.get("v1/Secret", "a-hl-credentials", "shop")["data"]["password"]
+    world.put(older)
+    world.converge(databases)
+    secret = world.get("v1/Secret", "a-hl-credentials", "shop")
+    assert "host" not in secret["data"] and "uri" not in secret["data"]
+    assert secret["data"]["password"] == password

@@ -54,13 +54,57 @@ def test_delete_stops_the_servers_then_deletes_the_data_volumes_but_not_the_back
     assert "DataDeleted" in reasons(world)
 
 
+def test_a_server_that_does_not_stop_is_named_and_warned_about_after_five_minutes() -> None:
+    """A pod held by a finalizer kept the deletion at "1 pods left" for good, naming no pod
+    and posting no Warning (found on a real v1.24 API server). The snapshots still wait: a
+    server that runs must not write while they are taken."""
+    world = created(World(database()))
+    world.delete()
+    world.converge()
+    assert world.condition("Deleting")["message"] == \
+        "stopping the servers (orders-pg16): 1 pods left (orders-pg16-0)"
+    world.advance(minutes=4)
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    assert not [r for t, r, _ in world.events if t == "Warning"]
+    world.advance(minutes=1)
+    world.converge()
+    deleting = world.condition("Deleting")
+    assert deleting["reason"] == "ServersNotStopping"
+    assert "orders-pg16-0" in deleting["message"] and "finalizer" in deleting["message"]
+    assert "force-delete" in deleting["message"]
+    assert world.last.requeue_after  # still looking: its pod's going sends no event here
+    world.advance(minutes=10)
+    world.converge()
+    assert [r for t, r, _ in world.events if t == "Warning"] == ["ServersNotStopping"]
+    assert world.names("VolumeSnapshot") == [], "snapshots of a running server"
+    servers_stopped(world)
+    world.converge()
+    assert world.names("VolumeSnapshot") == ["data-orders-pg16-0-6f1c2a9e"]
+
+
+def test_the_servers_stop_warning_counts_from_the_final_backup_not_the_deletion() -> None:
+    """Without the snapshot API the servers run the final backup first (it may take
+    hours): they are asked to stop only once it completed."""
+    world = created(World(database(), snapshot_api=False))
+    world.delete()
+    world.converge()
+    world.advance(minutes=30)
+    world.job_done("orders-final-backup")
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    world.advance(minutes=5)
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "ServersNotStopping"
+
+
 def test_snapshot_stops_the_servers_snapshots_every_volume_and_waits_until_ready() -> None:
     world = created(World(database(replicas=2)))
     world.delete()
     world.converge()
     assert world.names("VolumeSnapshot") == [], "snapshots of running servers"
     assert world.condition("Deleting")["message"] == \
-        "stopping the servers (orders-pg16): 2 pods left"
+        "stopping the servers (orders-pg16): 2 pods left (orders-pg16-0, orders-pg16-1)"
     servers_stopped(world)
     world.converge()
     snapshots = world.names("VolumeSnapshot")

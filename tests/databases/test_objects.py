@@ -4,6 +4,7 @@ is an error) and holds together in the ways a schema does not check."""
 from __future__ import annotations
 
 import base64
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eventop.handlers.databases import jobs, workload
+from eventop.handlers.databases import jobs, plan, workload
 from eventop.handlers.databases.spec import Names, parse_spec
 from eventop.handlers.databases.workload import Passwords
 from eventop.kube import selector_matches
+from tests.databases.test_lifecycle import created
 from tests.databases.world import World, database
 from tests.install.support import KUBERNETES_VERSIONS
 
@@ -209,3 +211,26 @@ def test_everything_a_database_makes_carries_the_label_the_watcher_selects_on() 
             made += obj["spec"]["volumeClaimTemplates"]
         for meta in (m["metadata"] for m in made):
             assert meta["labels"][MANAGED_BY_LABEL] == MANAGED_BY, (obj["kind"], meta)
+
+
+def test_a_service_port_edited_by_hand_is_put_back_by_a_patch_not_an_apply() -> None:
+    """Server-side apply merges a Service's ports by port number: the desired 5432 went
+    beside a hand-edited 1234 under the same name and every apply was refused as a
+    duplicate (found on a real v1.24 API server; tests/databases/lives.py walks it on one).
+    A merge patch replaces the list whole; the apply waits for the next run."""
+    world = created(World(database()))
+    service = copy.deepcopy(world.get("Service", "orders"))
+    service["spec"]["clusterIP"] = "10.96.0.7"
+    service["spec"]["ports"][0]["port"] = 1234
+    observed = world.observed()
+    observed.services = [service]
+    result = plan(world.db, observed, world.new_password)
+    patch = next(p for p in result.patches if p["kind"] == "Service")
+    assert patch == {"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": "orders", "namespace": "shop"},
+                     "spec": {"ports": [{"name": "postgres", "port": 5432,
+                                         "targetPort": "postgres", "protocol": "TCP"}]}}
+    assert result.held == {("Service", "orders")}
+    observed.services = [world.get("Service", "orders")]  # as desired: nothing to patch
+    result = plan(world.db, observed, world.new_password)
+    assert not [p for p in result.patches if p["kind"] == "Service"] and not result.held

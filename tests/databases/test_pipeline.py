@@ -102,3 +102,12 @@ def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final
     assert wait_until(ready, 30), answers[-1].text  # an optional API never holds it back
     assert "VolumeSnapshot" not in answers[-1].text
     lives.delete_with_a_final_backup(life)
+
+
+
+def test_a_service_port_edited_by_hand_is_put_back_keeping_its_cluster_ip(
+        with_snapshot_api: tuple[LocalCluster, Pipeline], namespace: str) -> None:
+    cluster, _pipe = with_snapshot_api
+    life = Life(cluster, Components(cluster, real=False), namespace, "orders")
+    lives.serve(life, version="16", replicas=1)
+    lives.service_port_edited_by_hand(life)

@@ -259,6 +259,10 @@ _RBAC_REFUSAL = re.compile(r'cannot [a-z]+ resource "')
 def _what_to_do(error: WriteError) -> str:
     if error.status == 403 and _RBAC_REFUSAL.search(error.message):
         return "grant the router's ServiceAccount what it names"
+    if error.status == 403 and "attempting to grant RBAC permissions not currently held" \
+            in error.message:
+        return ("grant the router's ServiceAccount bind on the role it hands out (README: "
+                "Writing your own handler), or the permissions it names")
     if error.status == 403:
         return ("an admission check refused it (a quota, a policy, what the storage class "
                 "allows): change the spec, or that policy")

@@ -136,10 +136,23 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
         # would otherwise race it (404: the namespace does not exist yet).
         made = execute(Plan(first), writer, parent, submit=submit, inflight=inflight,
                        prior=prior)
-        rest = execute(Plan([a for a in plan.actions if a not in first], plan.unchanged,
-                            plan.conflicts, plan.skipped), writer, parent, submit=submit,
-                       inflight=inflight, prior=prior, dispatched=dispatched)
-        return rest.after(made)
+        # A Namespace whose create found it there (someone made it meanwhile) or was
+        # refused is not this parent's: nothing goes into it (see plan's hold-back).
+        missed = {c.name for c in made.conflicts if c.kind == "Namespace"} | {
+            e.name for e in made.errors if e.kind == "Namespace"}
+        rest, held = [], []
+        for a in plan.actions:
+            if a in first:
+                continue
+            if a.namespace in missed and a.verb != "delete":
+                held.append(Conflict(a.kind, a.namespace, a.name, f"held back: Namespace "
+                                     f"{a.namespace} was not made by this parent"))
+            else:
+                rest.append(a)
+        others = execute(Plan(rest, plan.unchanged, plan.conflicts + held, plan.skipped),
+                         writer, parent, submit=submit, inflight=inflight, prior=prior,
+                         dispatched=dispatched)
+        return others.after(made)
     parent_uid = str(parent["metadata"]["uid"])
     outcome = Outcome(unchanged=list(plan.unchanged), conflicts=list(plan.conflicts),
                       skipped=list(plan.skipped))

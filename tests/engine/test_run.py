@@ -136,6 +136,43 @@ def test_children_in_a_desired_namespace_someone_else_made_are_held_back_not_wri
     assert not [w for w in world.writes if w[2] == "team-gamma"]
 
 
+def test_children_are_held_back_when_their_namespace_was_made_by_someone_else_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache did not show the namespace yet (a team made it a moment before, or another
+    parent's run did): its create finds it there, and nothing goes into it."""
+    from eventop.engine import testing
+
+    tenant = {"apiVersion": "example.com/v1", "kind": "Tenant",
+              "metadata": {"name": "x"}, "spec": {"namespace": "team-x"}}
+    ctl = Controller("tenants", parent="example.com/v1/Tenant",
+                     owns=["v1/Namespace", "v1/ConfigMap"], registry=Registry())
+
+    @ctl.reconcile
+    def desired(t: Obj, reads: Any) -> Desired:
+        ns = t["spec"]["namespace"]
+        return Desired(children=[
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "access", "namespace": ns}, "data": {"who": "erin"}}],
+            status=lambda outcome: {"conflicts": sorted(
+                f"{c.kind} {c}: {c.reason}" for c in outcome.conflicts)})
+
+    world = World([tenant])
+    create = testing._WorldWriter.create
+
+    def made_meanwhile(self: Any, obj: Obj) -> Obj:
+        if obj["kind"] == "Namespace":  # someone else's create won the race
+            world.put({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": obj["metadata"]["name"]}})
+        return create(self, obj)
+
+    monkeypatch.setattr(testing._WorldWriter, "create", made_meanwhile)
+    world.reconcile(ctl, "x", None)
+    assert world.get("v1/ConfigMap", "access", "team-x") is None
+    assert "ConfigMap team-x/access: held back: Namespace team-x was not made by this parent" \
+        in world.get("example.com/v1/Tenant", "x")["status"]["conflicts"]
+
+
 def test_adopts_decides_whether_a_foreign_object_is_taken_over() -> None:
     t = team("a", ["ann"])
     world = World([t, roster(t, data={"members": "old"},
@@ -614,6 +651,27 @@ def test_a_write_refused_by_admission_is_not_blamed_on_the_routers_permissions(
     (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
     assert "an admission check refused it" in note.message
     assert "ServiceAccount" not in note.message
+
+
+def test_a_role_binding_refused_as_an_escalation_says_to_grant_bind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """RBAC's privilege-escalation check words its 403 unlike an authorization refusal:
+    it is not an admission check, and the README's remedy is bind on the role."""
+    from eventop.engine import testing
+    from eventop.kube import errors
+
+    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
+        raise errors.Forbidden('rolebindings.rbac.authorization.k8s.io "team-edit" is '
+                               'forbidden: user "system:serviceaccount:eventop-system:'
+                               'eventop-router" (groups=[...]) is attempting to grant RBAC '
+                               "permissions not currently held: ...", reason="Forbidden")
+
+    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
+    world = World([team("a", ["ann"])])
+    world.reconcile(teams_controller(), "a", "teams")
+    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    assert "bind on the role it hands out" in note.message
+    assert "admission" not in note.message
 
 
 def test_a_delete_that_lost_a_race_is_run_again_without_a_warning_event(

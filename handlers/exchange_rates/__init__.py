@@ -86,8 +86,9 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
     # a failure older than good news they hold.
     since = {"not_before": max(decided_at(cr), written_at(cm)),
              "failure_not_before": good_since(cr, cm)}
-    answer = answers.recent(base_of(cr), currency_of(cr), **since)
-    if answer is None and not is_converged(cr, cm):
+    converged = is_converged(cr, cm)
+    answer = answers.recent(base_of(cr), currency_of(cr), **since, run_failures=not converged)
+    if answer is None and not converged:
         answer = answers.fetch(base_of(cr), currency_of(cr), **since)
     return desired(cr, cm, answer, now_rfc3339())
 

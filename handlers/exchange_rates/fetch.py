@@ -33,8 +33,9 @@ long. Within that window nothing asks the provider again for a base it has just 
   rejection or a malformed answer only for the currencies it was asked for, so a spec that
   fixes a currency is asked at once. The every-minute retry comes after the window, so a
   provider that is back is seen within about a minute;
-* runs of one base that ask at the same time wait for the one asking (one lock per base),
-  then use its answer if it serves them.
+* runs of one base that ask while a request for it is in flight wait for that one, once,
+  and use its answer if it serves them (an outage does); no lock is held while asking, so
+  runs of a base's currencies that succeed ask side by side.
 
 A run's own successful fetch is not kept (it asked for one currency only, and the next
 change of an ExchangeRate is answered by a fresh request). All of it is per process and
@@ -52,8 +53,9 @@ a successful fetch, a ``Ready=True``, a ConfigMap write): a failure status decid
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from eventop.handlers.exchange_rates import provider
@@ -102,7 +104,9 @@ class Answers:
         self.clock = clock or client.clock
         self._refreshed: dict[str, Answer] = {}
         self._failed: dict[str, Answer] = {}
-        self._asking: dict[str, threading.Lock] = {}
+        self._refresh_locks: dict[str, threading.Lock] = {}
+        #: The request for a base under way, if any: set once it is answered and kept.
+        self._flights: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     def refresh(self, wanted: dict[str, set[str]]) -> list[str]:
@@ -113,31 +117,46 @@ class Answers:
         deadline = self.client.clock() + self.client.refresh_budget
         asked: list[str] = []
         for base, currencies in sorted(wanted.items()):
-            with self._asking_for(base):
+            with self._refreshing(base):  # a refresh delivered twice at once asks once
                 if self._latest(base, currencies, "", "") is not None:
                     continue
-                result = self._ask(base, currencies, deadline)
-                asked.append(base)
-                self._keep(self._refreshed, base, currencies, result)
+                with self._flight(base) as mine:
+                    if not mine:
+                        self._wait_for_flight(base)
+                        if self._latest(base, currencies, "", "") is not None:
+                            continue
+                    result = self._ask(base, currencies, deadline)
+                    asked.append(base)
+                    self._keep(self._refreshed, base, currencies, result)
         return asked
 
     def recent(self, base: str, currency: str, not_before: str = "",
-               failure_not_before: str | None = None) -> Result | None:
+               failure_not_before: str | None = None, *,
+               run_failures: bool = True) -> Result | None:
         """A kept answer for ``currency`` in ``base``, if one is fresh and did not come
         before ``not_before`` (an RFC 3339 time: when the ExchangeRate's status was last
         decided, perhaps by another process); a kept failure, if fresh and not before
         ``failure_not_before`` (default ``not_before``: the last good news the status
-        holds). Of several, the latest."""
+        holds). Of several, the latest. Without ``run_failures``, only what a refresh got:
+        a failure another ExchangeRate's own fetch met concerns only runs that would ask
+        (a converged ExchangeRate run by a label edit is not told of an outage that no
+        request for it met)."""
         answer = self._latest(base, {currency}, not_before,
-                              not_before if failure_not_before is None else failure_not_before)
+                              not_before if failure_not_before is None else failure_not_before,
+                              run_failures=run_failures)
         return None if answer is None else answer.result
 
     def fetch(self, base: str, currency: str, not_before: str = "",
               failure_not_before: str | None = None) -> Result:
-        """Ask now, for one ExchangeRate (within the client's own budget), unless a run of
-        the same base asking meanwhile got what :meth:`recent` would give; a failure is
-        kept for the other runs of this base."""
-        with self._asking_for(base):
+        """Ask now, for one ExchangeRate (within the client's own budget), unless a request
+        for the same base is in flight: then wait for it once, and take its failure (an
+        outage answers for every currency of the base); a success for other currencies
+        does not serve, and this run asks for itself. No lock is held while asking: runs of
+        different currencies that succeed ask side by side (a slow provider must not queue
+        a base's new ExchangeRates one behind the other, each holding a router thread)."""
+        with self._flight(base) as mine:
+            if not mine:
+                self._wait_for_flight(base)
             found = self.recent(base, currency, not_before, failure_not_before)
             if found is not None:
                 return found
@@ -146,11 +165,33 @@ class Answers:
                 self._keep(self._failed, base, {currency}, result)
             return result
 
+    @contextlib.contextmanager
+    def _flight(self, base: str) -> Iterator[bool]:
+        """Registers this thread's request for ``base`` as the one in flight (True), unless
+        another one is (False: the caller waits for it with :meth:`_wait_for_flight`)."""
+        with self._lock:
+            mine = base not in self._flights
+            if mine:
+                self._flights[base] = threading.Event()
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._lock:
+                    done = self._flights.pop(base)
+                done.set()
+
+    def _wait_for_flight(self, base: str) -> None:
+        with self._lock:
+            flight = self._flights.get(base)
+        if flight is not None:
+            flight.wait(self.client.refresh_budget)
+
     def _latest(self, base: str, currencies: set[str], not_before: str,
-                failure_not_before: str) -> Answer | None:
+                failure_not_before: str, *, run_failures: bool = True) -> Answer | None:
         now = self.clock()
         with self._lock:
-            kept = [self._refreshed.get(base), self._failed.get(base)]
+            kept = [self._refreshed.get(base), self._failed.get(base) if run_failures else None]
         usable = [a for a in kept if a is not None and now - a.at < self.ttl
                   and a.serves(currencies)
                   and a.when >= (failure_not_before if isinstance(a.result, ProviderError)
@@ -162,9 +203,9 @@ class Answers:
         with self._lock:
             where[base] = Answer(frozenset(currencies), result, self.clock(), now_rfc3339())
 
-    def _asking_for(self, base: str) -> threading.Lock:
+    def _refreshing(self, base: str) -> threading.Lock:
         with self._lock:
-            return self._asking.setdefault(base, threading.Lock())
+            return self._refresh_locks.setdefault(base, threading.Lock())
 
     def _ask(self, base: str, currencies: set[str], deadline: float | None) -> Result:
         try:

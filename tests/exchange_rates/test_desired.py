@@ -17,7 +17,11 @@ from eventop.handlers import exchange_rates
 from eventop.handlers.events import Event
 from eventop.handlers.exchange_rates import fetch, rates
 from eventop.handlers.exchange_rates.desired import RETRY_UNFILLED_SECONDS
-from eventop.handlers.exchange_rates.provider import FrankfurterClient, ProviderUnavailable
+from eventop.handlers.exchange_rates.provider import (
+    FrankfurterClient,
+    ProviderRejected,
+    ProviderUnavailable,
+)
 from tests.exchange_rates.support import (
     BASE_URL,
     NAMESPACE,
@@ -724,6 +728,49 @@ def test_concurrent_fetches_of_one_base_during_an_outage_ask_once(
         thread.join()
     assert requests_mock.call_count == 4
     assert len(got) == 5 and all(isinstance(r, ProviderUnavailable) for r in got)
+
+
+def test_runs_of_a_bases_currencies_that_succeed_ask_side_by_side(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer: with one lock per base held while asking, 30 new ExchangeRates of a base
+    on a slow provider fetched one behind the other, each holding a router thread. (The
+    client's request is replaced: requests-mock answers one request at a time.)"""
+    lock = threading.Lock()
+    flying, most, asked = [0], [0], []
+    client = FrankfurterClient(BASE_URL)
+
+    def slow_latest(base: str, currencies: Any, *, deadline: Any = None) -> Any:
+        with lock:
+            flying[0] += 1
+            most[0] = max(most[0], flying[0])
+            asked.append(sorted(currencies))
+        time.sleep(0.2)
+        with lock:
+            flying[0] -= 1
+        raise ProviderRejected(f"no {sorted(currencies)} today")  # a per-currency answer
+
+    monkeypatch.setattr(client, "latest", slow_latest)
+    kept = fetch.Answers(client)
+    threads = [threading.Thread(target=kept.fetch, args=("EUR", c))
+               for c in ("USD", "GBP", "CHF", "JPY", "PLN")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(asked) == [["CHF"], ["GBP"], ["JPY"], ["PLN"], ["USD"]]
+    assert most[0] >= 2
+
+
+def test_a_failure_another_exchange_rates_fetch_met_is_not_news_to_a_converged_one(
+        requests_mock: rm.Mocker) -> None:
+    """Only runs that would ask take it: a label edit of a converged ExchangeRate during an
+    outage turned it Ready=False, though no request for it failed."""
+    requests_mock.get(base_url("EUR"), status_code=503, text="busy")
+    clock = Clock()
+    kept = fetch.Answers(FrankfurterClient(BASE_URL, sleep=clock.advance, clock=clock))
+    assert isinstance(kept.fetch("EUR", "USD"), ProviderUnavailable)
+    assert kept.recent("EUR", "GBP", run_failures=False) is None
+    assert isinstance(kept.recent("EUR", "GBP"), ProviderUnavailable)
 
 
 def test_the_refresh_log_line_counts_bases_asked_not_http_requests(

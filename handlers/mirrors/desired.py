@@ -54,6 +54,7 @@ from eventop.handlers.mirrors.spec import (
 )
 from eventop.handlers.mirrors.status import (
     DEGRADED,
+    POD_SECURITY,
     Problem,
     compute_status,
     host_port,
@@ -270,23 +271,27 @@ HOST_PORT_REFUSED = ("baseline", "restricted")
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 
 
-def pod_security_problems(namespace: Obj | None, spec: MirrorSpec) -> list[Problem]:
-    """A problem when the namespace's Pod Security level refuses the node proxies' hostPort.
+def pod_security_refusal(namespace: Obj | None, spec: MirrorSpec) -> Problem | None:
+    """Why the node proxies may not be admitted: the namespace's Pod Security level refuses
+    their hostPort, unless the namespace is exempted or another policy lets them in.
 
     The refusal is seen only in the DaemonSet's ``FailedCreate`` Events (its status just
-    never counts a pod), so the mirror says it. The objects are still applied: relabelling
-    the namespace is enough, the DaemonSet controller retries. A namespace without the label
-    follows the cluster's default level, which the API does not show: nothing is said then.
+    never counts a pod), so the mirror says it, but only in ``Ready`` and only while no
+    node proxy runs (see :func:`.status.compute_status`): the label alone does not prove a
+    refusal, and running proxies must not read as a problem. The objects are still applied:
+    relabelling the namespace is enough, the DaemonSet controller retries. A namespace
+    without the label follows the cluster's default level, which the API does not show:
+    nothing is said then.
     """
     level = (((namespace or {}).get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL)
     if level not in HOST_PORT_REFUSED:
-        return []
+        return None
     name = ((namespace or {}).get("metadata") or {}).get("name")
-    return [Problem("PodSecurityForbidsHostPort",
-                    f"namespace {name} enforces Pod Security level {level!r} "
-                    f"({ENFORCE_LABEL}), which refuses the node proxies' hostPort "
-                    f"{spec.host_port}; label the namespace {ENFORCE_LABEL}=privileged or "
-                    "put the mirror in another namespace")]
+    return Problem(POD_SECURITY,
+                   f"namespace {name} enforces Pod Security level {level!r} "
+                   f"({ENFORCE_LABEL}), which refuses the node proxies' hostPort "
+                   f"{spec.host_port} unless the namespace is exempted; label the namespace "
+                   f"{ENFORCE_LABEL}=privileged or put the mirror in another namespace")
 
 
 def refusal_text(message: str) -> str:
@@ -355,7 +360,7 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
                           # removing one (as NameConflict asks) runs the mirror again
                           blocked_by=in_way)
     size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
-    problems = problems + pod_security_problems(reads.get(NAMESPACE, ns), spec)
+    pod_security = pod_security_refusal(reads.get(NAMESPACE, ns), spec)
     objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,
                                     credentials_version=version)
     return _reporting(
@@ -363,18 +368,20 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
         problems=lambda outcome: problems + write_problems(outcome, spec, resize),
         workloads=lambda outcome: (_in_place(outcome, "StatefulSet") or workloads[0],
                                    _in_place(outcome, "DaemonSet") or workloads[1]),
-        holds=spec.host_port)
+        holds=spec.host_port, pod_security=pod_security)
 
 
 def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str | None = None,
                problems: Callable[[Outcome], list[Problem]],
                workloads: Callable[[Outcome], tuple[Obj | None, Obj | None]],
                holds: int | None, held_back: bool = False,
-               blocked_by: list[Obj] | None = None) -> Desired:
+               blocked_by: list[Obj] | None = None,
+               pod_security: Problem | None = None) -> Desired:
     """``children`` with the status and transition Events computed once from the Outcome
     (``now`` only dates a condition that changes). ``holds`` is the port the mirror
     holds after this run (recorded in its status); ``held_back``: this generation's objects
-    are not applied, the previous ones (if any) stay."""
+    are not applied, the previous ones (if any) stay; ``pod_security``: what explains node
+    proxies that do not run (see :func:`pod_security_refusal`)."""
     computed: dict[str, Obj] = {}
 
     def status(outcome: Outcome) -> Obj:
@@ -382,7 +389,8 @@ def _reporting(mirror: Obj, children: list[Child], *, prune: bool, summary: str 
             sts, ds = workloads(outcome)
             computed["status"] = compute_status(mirror, sts, ds, problems=problems(outcome),
                                                 now=now_rfc3339(), holds=holds,
-                                                held_back=held_back)
+                                                held_back=held_back,
+                                                pod_security=pod_security)
         return computed["status"]
 
     def events(outcome: Outcome) -> list[Note]:

@@ -149,18 +149,42 @@ def host_port(ds: Obj) -> int | None:
     return None
 
 
-#: Ready reasons that a namespace refusing the node proxies' hostPort explains.
-_NODE_PROXY_WAITS = ("NodeProxyPending", "NoNodes", "NodeProxyNotReady", "RollingOut")
+#: Ready reasons under which the node proxies may not run at all (NoNodes is not one: the
+#: DaemonSet counts its nodes whatever admission does with its pods).
+_NODE_PROXY_WAITS = ("NodeProxyPending", "NodeProxyNotReady", "RollingOut")
 POD_SECURITY = "PodSecurityForbidsHostPort"
+
+
+def no_node_proxy_admitted(ds: Obj) -> bool:
+    """Whether the DaemonSet reports no pod of its current template on any of its nodes.
+
+    Pod Security admission refuses a pod at creation, so a refused DaemonSet never counts
+    one (its ``FailedCreate`` Events are the only trace): not scheduled yet, or none of its
+    nodes updated. A DaemonSet whose controller has not observed its generation yet still
+    counts the old template's pods, which says nothing about admission of the new one.
+    """
+    ds_status = ds.get("status") or {}
+    if "observedGeneration" not in ds_status:
+        return True
+    if int(ds_status["observedGeneration"]) < int(ds["metadata"].get("generation") or 0):
+        return False
+    return (int(ds_status.get("desiredNumberScheduled") or 0) > 0
+            and int(ds_status.get("updatedNumberScheduled") or 0) == 0)
 
 
 def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
                    problems: list[Problem], now: str, holds: int | None = None,
-                   held_back: bool = False) -> Obj:
+                   held_back: bool = False, pod_security: Problem | None = None) -> Obj:
     """The mirror's new status: ``problems`` found by the reconcile (empty: all good) and
     the workloads (None: not there, or not this mirror's). ``holds``: the port it holds
     (``status.hostPort``); ``held_back``: this generation was not applied (Ready=False with
-    the holding reason, whatever the previous spec's objects do)."""
+    the holding reason, whatever the previous spec's objects do).
+
+    ``pod_security``: the namespace's Pod Security label would refuse the node proxies'
+    hostPort. The label alone is no problem (an exempted namespace, or an admission policy
+    that lets the pods in, runs them fine), so it never makes the mirror Degraded: it only
+    explains, in ``Ready``, node proxies that do not run (see :func:`no_node_proxy_admitted`).
+    """
     old: Obj = mirror.get("status") or {}
     names = Names.of(mirror["metadata"]["name"])
     generation = mirror["metadata"].get("generation")
@@ -184,9 +208,10 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
         ok, reason, message = False, problems[0].reason, (
             f"generation {generation} is held back: {problems[0].message}; the objects of "
             f"the previous spec keep serving{serving} (their own readiness: {message})")
-    pod_security = next((p for p in problems if p.reason == POD_SECURITY), None)
-    if not ok and pod_security and reason in _NODE_PROXY_WAITS:
-        reason, message = POD_SECURITY, pod_security.message
+    if (not ok and pod_security is not None and ds is not None
+            and reason in _NODE_PROXY_WAITS and no_node_proxy_admitted(ds)):
+        reason, message = POD_SECURITY, f"no node proxy pod runs ({message}): " + \
+            pod_security.message
     conditions = set_condition(conditions, READY, ok, reason, message, now, generation)
     return {
         "observedGeneration": generation,

@@ -519,27 +519,63 @@ def labelled_namespace(level: str) -> Obj:
             "metadata": {"name": NS, "labels": {"pod-security.kubernetes.io/enforce": level}}}
 
 
+def refused_daemonset_status(ds: Obj, nodes: int) -> Obj:
+    """What the DaemonSet controller reports while admission refuses every pod it creates:
+    its nodes counted, no pod on any of them."""
+    return {"observedGeneration": ds["metadata"].get("generation", 1),
+            "desiredNumberScheduled": nodes, "currentNumberScheduled": 0,
+            "numberMisscheduled": 0, "numberReady": 0, "numberUnavailable": nodes}
+
+
+def run_registry_only(world: World, name: str, scheduled: bool = True) -> None:
+    """Play the controllers of a namespace refusing the node proxies: the registry runs;
+    the DaemonSet is scheduled on two nodes with no pod (or not scheduled yet)."""
+    names = Names.of(name)
+    sts = world.get("apps/v1/StatefulSet", names.statefulset, NS)
+    world.changed(mirrors, world.put({**sts, "status": rolled_out_statefulset_status(sts)}))
+    if scheduled:
+        ds = world.get("apps/v1/DaemonSet", names.daemonset, NS)
+        world.changed(mirrors, world.put({**ds, "status": refused_daemonset_status(ds, 2)}))
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["not-scheduled", "no-pod-admitted"])
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
-def test_a_namespace_whose_pod_security_refuses_host_ports_is_named(level: str) -> None:
+def test_node_proxies_that_do_not_run_in_a_namespace_refusing_host_ports_are_explained(
+        level: str, scheduled: bool) -> None:
     world = World([labelled_namespace(level), new_mirror("quay", hostPort=5002)])
     world.converge(mirrors)
     assert len(owned(world, "quay")) == 5  # applied: relabelling the namespace is enough
-    names = Names.of("quay")
-    sts = world.get("apps/v1/StatefulSet", names.statefulset, NS)
-    world.changed(mirrors, world.put({**sts, "status": rolled_out_statefulset_status(sts)}))
-    degraded = condition(world, "quay", "Degraded")
-    assert (degraded["status"], degraded["reason"]) == ("True", "PodSecurityForbidsHostPort")
-    assert level in degraded["message"] and "privileged" in degraded["message"]
+    run_registry_only(world, "quay", scheduled)
     ready = condition(world, "quay", "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "PodSecurityForbidsHostPort")
+    assert level in ready["message"] and "privileged" in ready["message"]
+    assert condition(world, "quay", "Degraded")["status"] == "False"  # the label alone is no fault
 
 
-def test_relabelling_the_namespace_privileged_clears_the_pod_security_problem() -> None:
+def test_relabelling_the_namespace_privileged_clears_the_pod_security_explanation() -> None:
     world = World([labelled_namespace("baseline"), new_mirror("quay", hostPort=5002)])
     world.converge(mirrors)
+    run_registry_only(world, "quay")
+    assert condition(world, "quay", "Ready")["reason"] == "PodSecurityForbidsHostPort"
     relabelled = world.put(labelled_namespace("privileged"))
     assert [str(r.key) for r in world.changed(mirrors, relabelled)] == [f"{NS}/quay"]
-    assert condition(world, "quay", "Degraded")["status"] == "False"
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RollingOut")
+    assert "Pod Security" not in ready["message"]
+
+
+def test_node_proxies_running_in_a_restricted_namespace_say_nothing_of_pod_security() -> None:
+    """An exempted namespace (or an admission policy that lets the pods in) runs the node
+    proxies despite the label: the mirror is Ready and not Degraded."""
+    world = World([labelled_namespace("restricted"), new_mirror("quay", hostPort=5002)])
+    world.converge(mirrors)
+    mark_workloads_ready(world, "quay")
+    ready = condition(world, "quay", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Available")
+    degraded = condition(world, "quay", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("False", "Reconciled")
+    assert not any("PodSecurity" in str(c) for c in status(world, "quay")["conditions"])
+    assert ("Warning", "PodSecurityForbidsHostPort") not in events(world, "quay")
 
 
 # -- images ------------------------------------------------------------------------------

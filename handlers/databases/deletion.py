@@ -65,7 +65,7 @@ from typing import Any
 from eventop.handlers.databases import jobs, lifecycle, observe, status, volumes, workload
 from eventop.handlers.databases.lifecycle import Plan
 from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
-from eventop.handlers.databases.spec import DatabaseSpec, Names
+from eventop.handlers.databases.spec import DatabaseSpec, Names, Version
 from eventop.handlers.databases.status import Condition, Event, Facts
 from eventop.handlers.databases.workload import Passwords
 
@@ -317,8 +317,10 @@ def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, st
     state = observe.job_state(found)
     if state == COMPLETE:
         return None
-    server = workload.statefulset(spec, running, major, claim_template=observe.claim_template(
-        observed.statefulset(major)))
+    existing = observed.statefulset(major)
+    label = observe.version_label(existing, Version.parse(running[0]), running[1])
+    server = workload.statefulset(spec, (label, running[1]), major,
+                                  claim_template=observe.claim_template(existing))
     children = [workload.config_map(spec), workload.headless_service(spec),
                 workload.client_service(spec, major), server, job]
     made = [] if observed.backup_pvc else [workload.backup_pvc(spec)]  # where it writes

@@ -7,6 +7,7 @@ asks for that a claim can not change to. Pure: each reads the Database, its spec
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from eventop.handlers.databases import observe, workload
@@ -46,11 +47,27 @@ def storage_class_refused(spec: DatabaseSpec, observed: Observed) -> str | None:
             "restore a backup into a new Database made with that class")
 
 
-def name_collision(db: Obj, observed: Observed) -> str | None:
-    """Why this Database can not have its Services, if another Database of its namespace
-    names one of its Services the same (Database ``a``'s headless Service ``a-hl`` is
-    Database ``a-hl``'s client Service); None when none does, or this one is the older of
-    the two (then the Service is its own: the other one gives way).
+@dataclass(frozen=True)
+class Collision:
+    """Another Database's Service has the name of one of this one's: ``client`` (the
+    Service the credentials Secret's ``host`` names) or ``headless``; ``message`` says
+    which and what to do."""
+
+    mine: str
+    message: str
+
+    @property
+    def address(self) -> bool:
+        """The client Service is the other's: ``host`` and ``uri`` would send clients to
+        the other Database's servers. A headless Service leaves the address right."""
+        return self.mine == "client"
+
+
+def name_collision(db: Obj, observed: Observed) -> Collision | None:
+    """Which of this Database's Services another Database of its namespace names the same
+    (Database ``a``'s headless Service ``a-hl`` is Database ``a-hl``'s client Service), if
+    one does; None when none does, or this one is the older of the two (then the Service
+    is its own: the other one gives way).
 
     The two would fight over the Service: whichever came second got a ChildConflict that
     said to delete or rename the Service (which only moves the breakage), and its Secret's
@@ -70,10 +87,11 @@ def name_collision(db: Obj, observed: Observed) -> str | None:
         for their_name, their_kind in ((theirs.service, "client"),
                                        (theirs.headless, "headless")):
             if their_name in own:
-                return (f"Database {other['metadata']['name']}'s {their_kind} Service is "
-                        f"named {their_name}, the name of this Database's {own[their_name]} "
-                        "Service; rename one of the two (create it under another name, "
-                        "restore a backup into it, then delete this one)")
+                return Collision(own[their_name], (
+                    f"Database {other['metadata']['name']}'s {their_kind} Service is named "
+                    f"{their_name}, the name of this Database's {own[their_name]} Service; "
+                    "rename one of the two (create it under another name, restore a backup "
+                    "into it, then delete this one)"))
     return None
 
 

@@ -45,6 +45,7 @@ from eventop.handlers.databases.spec import (
     database_name,
     describe,
     image_for,
+    image_version,
     parse_spec,
     resolve,
     size,
@@ -167,12 +168,16 @@ def deletion_spec(db: Obj, observed: Observed) -> Obj:
 
 def _running_version(observed: Observed) -> tuple[str, str | None]:
     """(version, image) of the lowest major's StatefulSet; with none, a supported version
-    (nothing runs: it names nothing that is made)."""
+    (nothing runs: it names nothing that is made). A label the image's tag contradicts (an
+    earlier release ran ``spec.version: "17.9"`` on ``postgres:17.7``, refused now as
+    ImageVersionMismatch) gives way to the tag's version: it is what runs, and the
+    contradiction held the deletion (its spec invalid, the finalizer kept) for good."""
     for sts in sorted(observed.statefulsets,
                       key=lambda s: int(s["metadata"]["labels"][workload.MAJOR_LABEL])):
-        version = observe.sts_version(sts)
-        if version is not None and version.major in PINNED_MINOR:
-            return str(version), observe.sts_image(sts)
+        image = observe.sts_image(sts)
+        for version in (observe.sts_version(sts), image_version(image or "")):
+            if version is not None and _valid(lambda v=version, i=image: resolve(v, i)):
+                return str(version), image
     return str(max(PINNED_MINOR)), None
 
 
@@ -219,7 +224,10 @@ def invalid(db: Obj, observed: Observed, exc: SpecError) -> Plan:
     """Nothing is changed: an edit that broke the spec must not take the server down."""
     facts = Facts(ready=("False", exc.reason, f"{exc.message}: fix the Database's spec"),
                   phase="Failed", progressing=("False", "InvalidSpec", exc.message),
-                  version=(db.get("status") or {}).get("version"))
+                  version=(db.get("status") or {}).get("version"),
+                  # (the image too: without it the version read as the default image's, and
+                  # the spec fixed afterwards as a change of image)
+                  image=(db.get("status") or {}).get("image"))
     facts.initialized = _initialized_before(db)
     new, events, _ = status.compute(db, facts, observed, int(
         (db.get("spec") or {}).get("replicas", 1) or 1))
@@ -268,15 +276,37 @@ def serving(db: Obj, spec: DatabaseSpec, observed: Observed) -> tuple[Version, s
         return spec.version, spec.image  # nothing served yet: no data to carry over
     if old.get("version"):
         version = Version.parse(old["version"])
-        return version, str(old.get("image") or image_for(version))
+        return _tag_read(spec, (version, str(old.get("image") or image_for(version))),
+                         observed)
     found = sorted(observed.statefulsets,
                    key=lambda s: int(s["metadata"]["labels"][workload.MAJOR_LABEL]))
     if found:
         sts = found[0]
         major = int(sts["metadata"]["labels"][workload.MAJOR_LABEL])
         version = observe.sts_version(sts) or Version(major)
-        return version, observe.sts_image(sts) or image_for(version)
+        return _tag_read(spec, (version, observe.sts_image(sts) or image_for(version)),
+                         observed)
     return spec.version, spec.image
+
+
+def _tag_read(spec: DatabaseSpec, current: tuple[Version, str], observed: Observed
+              ) -> tuple[Version, str]:
+    """``current``, with the version the image's tag names when that is all that changed:
+    a release before the tag was read reported ``spec.version`` as written beside the
+    image (``"16"`` with ``postgres:16.4`` as 16; ``"17.9"`` with ``postgres:17.7`` as
+    17.9) in status.version and the StatefulSet's label, and comparing that with the tag's
+    version read as an upgrade (a rollout onto the same binaries) or as a downgrade refused
+    for good (spec.version set as asked changed nothing). When the serving StatefulSet
+    already runs ``spec.image`` and the status names it too, the servers run the tag's
+    version: it is reported from now on, and nothing rolls (:func:`observe.version_label`)."""
+    version, image = current
+    tagged = image_version(spec.image)
+    sts = observed.statefulset(version.major)
+    if (tagged is not None and tagged.minor is not None and tagged == spec.version
+            and tagged.major == version.major and image == spec.image
+            and sts is not None and observe.sts_image(sts) == spec.image):
+        return spec.version, image
+    return current
 
 
 def is_lower(target: Version, running: Version) -> bool:
@@ -309,21 +339,7 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
             "passwords to the new ones as the postgres user inside the primary's pod)"))
     collision = guards.name_collision(db, observed)
     if collision is not None:
-        facts.ready = ("False", "NameCollision", collision)
-        facts.phase = "Failed"
-        new, events, _ = status.compute(db, facts, observed, spec.replicas)
-        kept = []
-        if observed.secret is not None and is_ours(observed.secret, db):
-            # its passwords kept, but no address: host and uri would name the other
-            # Database's Service, and clients would connect to the wrong server
-            unaddressed = workload.credentials_secret(spec, passwords(observed.secret,
-                                                                      new_password))
-            unaddressed["data"] = {k: v for k, v in unaddressed["data"].items()
-                                   if k not in ("host", "uri")}
-            kept.append(unaddressed)
-        # (the other Database's deletion runs only that one: look again now and then)
-        return Plan(children=None, status=new, events=events, kept=kept,
-                    requeue_after=COLLISION_RECHECK)
+        return _gives_way(db, spec, observed, facts, collision, new_password)
     kept_name = initialized_name(db, spec, observed)
     renamed = None
     if kept_name.database_name != spec.database_name:
@@ -363,8 +379,9 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
         facts.progressing = ("True", "RollingOut",
                              f"rolling the servers out to the current spec "
                              f"({observe.rollout_progress(serving_sts)})")
-    children.append(workload.statefulset(spec, (str(built), built_image), built.major,
-                                         claim_template=observe.claim_template(serving_sts)))
+    children.append(workload.statefulset(
+        spec, (observe.version_label(serving_sts, built, built_image), built_image),
+        built.major, claim_template=observe.claim_template(serving_sts)))
     children.append(workload.client_service(spec, version.major))
     children += step.extra
     facts.version, facts.image, facts.serving = str(version), image, serving_sts
@@ -377,6 +394,45 @@ def running(db: Obj, spec: DatabaseSpec, observed: Observed,
                 kept=[secret, workload.backup_pvc(spec, observed.backup_pvc)],
                 events=events, requeue_after=recheck, patches=fixes,
                 held={(p["kind"], p["metadata"]["name"]) for p in fixes})
+
+
+def _gives_way(db: Obj, spec: DatabaseSpec, observed: Observed, facts: Facts,
+               collision: guards.Collision, new_password: Callable[[], str]) -> Plan:
+    """Another Database has the name of one of its Services: nothing is written (the
+    children stay as they are), ``Progressing=False NameCollision`` says so.
+
+    ``Ready`` stays about the servers while they serve at their address: with only the
+    headless Service's name taken (Database ``a`` beside an older ``a-hl``), its client
+    Service ``a`` is its own and applications connect through it; ``Ready=False``, phase
+    Failed, said they could not. Only when its client Service is the other's (clients
+    reach the other Database) or no server of its runs is ``Ready`` the collision (False,
+    phase Failed), and its credentials Secret then loses ``host`` and ``uri`` (they name
+    the other's Service). A right address is kept: stripping it broke every application
+    pod reading ``uri`` through a ``secretKeyRef``."""
+    old = db.get("status") or {}
+    version, _ = serving(db, spec, observed)
+    facts.version, facts.image = old.get("version"), old.get("image")  # nothing changes
+    facts.serving = observed.statefulset(version.major)
+    facts.initialized = _initialized_before(db)
+    facts.progressing = ("False", "NameCollision", collision.message)
+    if collision.address:
+        facts.endpoint = None
+    if collision.address or observe.ready_replicas(facts.serving) < 1:
+        facts.ready = ("False", "NameCollision", collision.message)
+        facts.phase = "Failed"
+    new, events, _ = status.compute(db, facts, observed, spec.replicas)
+    kept = []
+    if observed.secret is not None and is_ours(observed.secret, db):
+        # its passwords (and the initialized database name) kept
+        secret = workload.credentials_secret(initialized_name(db, spec, observed),
+                                             passwords(observed.secret, new_password))
+        if collision.address:
+            secret["data"] = {k: v for k, v in secret["data"].items()
+                              if k not in ("host", "uri")}
+        kept.append(secret)
+    # (the other Database's deletion runs only that one: look again now and then)
+    return Plan(children=None, status=new, events=events, kept=kept,
+                requeue_after=COLLISION_RECHECK)
 
 
 @dataclass
@@ -436,8 +492,9 @@ def _major(spec: DatabaseSpec, observed: Observed, current: tuple[Version, str],
     new_major = spec.version.major
     new_sts = observed.statefulset(new_major)
     built = (str(target[0]), target[1])
-    extra = [workload.statefulset(spec, built, new_major,
-                                  claim_template=observe.claim_template(new_sts))]
+    extra = [workload.statefulset(
+        spec, (observe.version_label(new_sts, *target), target[1]), new_major,
+        claim_template=observe.claim_template(new_sts))]
     job_name = names.upgrade_job(new_major)
     job = observed.job(job_name)
     if job is None and observe.ready_replicas(new_sts) < 1:

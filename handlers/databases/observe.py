@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.handlers.databases.jobs import BACKUP_KIND_LABEL
-from eventop.handlers.databases.spec import Names, Version
+from eventop.handlers.databases.spec import Names, Version, image_version
 from eventop.handlers.databases.workload import MAJOR_LABEL, VERSION_LABEL
 
 Obj = dict[str, Any]
@@ -144,6 +144,21 @@ def sts_image(sts: Obj) -> str | None:
     containers = ((((sts.get("spec") or {}).get("template") or {}).get("spec") or {})
                   .get("containers") or [])
     return next((c.get("image") for c in containers if c.get("name") == "postgres"), None)
+
+
+def version_label(sts: Obj | None, version: Version, image: str) -> str:
+    """The version label (``VERSION_LABEL``) a StatefulSet built to run ``version`` on
+    ``image`` gets: ``version``, unless ``sts`` already runs that image and its tag names
+    ``version`` (``postgres:16.4``): then the label it has. Releases before the tag was read
+    labelled such servers with spec.version as written (``16``, or a ``17.9`` the tag
+    ``17.7`` contradicts); the label is in the pod template, so writing the tag's version
+    restarted every server onto the same binaries. The label stays until the image changes
+    (a rollout then anyway)."""
+    running = sts_version(sts) if sts is not None else None
+    if (running is not None and running.major == version.major and version.minor is not None
+            and sts_image(sts or {}) == image and image_version(image) == version):
+        return str(running)
+    return str(version)
 
 
 def ready_replicas(sts: Obj | None) -> int:

@@ -138,10 +138,15 @@ def describe(version: Version | str, image: str | None) -> str:
 
 def resolve(version: Version, image: str | None) -> tuple[Version, str]:
     """(version that runs, image). Raises SpecError for a major eventop does not support,
-    and for an image whose tag names another major than ``spec.version`` (its binaries
-    could not open the data directory). An image whose tag names a version runs that
-    version (status.version reports it); one whose tag names none runs what
-    ``spec.version`` says (trusted as written)."""
+    for an image whose tag names another major than ``spec.version`` (its binaries could
+    not open the data directory), and for one whose tag names another minor than a
+    ``spec.version`` that names one (``17.9`` with ``postgres:17.7``: the spec says two
+    things, and reporting either one would be wrong about the other; before, the image ran
+    and the status said "17.7, as spec.version asks", or a Database an earlier release
+    reported as 17.9 was refused as a downgrade to 17.7 that it could never leave). An image
+    whose tag names a minor runs that version (status.version reports it); one whose tag
+    names only a major, or none, runs what ``spec.version`` says (trusted as written: the
+    tag says no more, and an earlier release reported that too)."""
     if version.major not in PINNED_MINOR:
         supported = ", ".join(str(m) for m in sorted(PINNED_MINOR))
         raise SpecError(f"PostgreSQL {version.major} is not supported; choose one of "
@@ -156,6 +161,13 @@ def resolve(version: Version, image: str | None) -> tuple[Version, str]:
                             f"spec.version to {tagged.major} to upgrade, or use a "
                             f"PostgreSQL {version.major} image)",
                             reason="ImageVersionMismatch")
+        if tagged.minor is None:
+            return version, image
+        if version.minor is not None and version.minor != tagged.minor:
+            raise SpecError(f"spec.image {image!r} runs PostgreSQL {tagged} but spec.version "
+                            f"is {version}: the two contradict each other (set spec.version "
+                            f"to {tagged} or {tagged.major}, or use a PostgreSQL {version} "
+                            "image)", reason="ImageVersionMismatch")
         return tagged, image
     if version.minor is None:
         version = Version(version.major, PINNED_MINOR[version.major])

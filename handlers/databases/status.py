@@ -19,7 +19,7 @@ from eventop.handlers.databases import observe
 from eventop.handlers.databases.jobs import SCHEDULED
 from eventop.handlers.databases.observe import COMPLETE, FAILED, RUNNING, Observed
 from eventop.handlers.databases.schedule import next_tick, two_periods_ago
-from eventop.handlers.databases.spec import describe
+from eventop.handlers.databases.spec import SpecError, Version, describe, image_version
 from eventop.kube import get_condition, set_condition
 
 Obj = dict[str, Any]
@@ -149,7 +149,10 @@ def servers_down(ready: Condition, facts: Facts, old: Obj) -> Condition:
     (found on a real v1.24 API server: "0 of 1 servers ready" without a Warning). Not for
     servers that were never ready yet (a Database being created, scaled up)."""
     if ready[1] not in ("ServerNotReady", "StandbysNotReady") or facts.progressing[0] == "True" \
-            or facts.initialized[0] != "True":
+            or observe.rolling_out(facts.serving) or facts.initialized[0] != "True":
+        # (the rollout read from the StatefulSet itself: Progressing says RollingOut only
+        # while nothing else is to be said, and a rollout under StorageClassImmutable or
+        # DatabaseNameRefused read as a Warning about servers going down)
         return ready
     before = get_condition(old, "Ready") or {}
     now = observe.ready_replicas(facts.serving)
@@ -217,7 +220,9 @@ def transition_events(old: Obj, new: Obj) -> list[Event]:
         reason = cond.get("reason", "")
         if reason in WARNING_REASONS and (before.get("reason") != reason
                                           or before.get("status") != cond.get("status")):
-            events.append(("Warning", reason, str(cond.get("message", ""))))
+            warning = ("Warning", reason, str(cond.get("message", "")))
+            if warning not in events:  # (one problem in two conditions: NameCollision)
+                events.append(warning)
         elif before.get("reason") in WARNING_REASONS and reason not in WARNING_REASONS:
             events.append(("Normal", "Recovered",
                            f"{cond['type']}: {before.get('reason')} resolved ({reason})"))
@@ -227,9 +232,23 @@ def transition_events(old: Obj, new: Obj) -> list[Event]:
         events.append(("Normal", "Initialized", str(init_now.get("message", ""))))
     if old.get("version") and new.get("version") and (
             old["version"] != new["version"]
-            or (old.get("image") and new.get("image") and old["image"] != new["image"])):
+            or (old.get("image") and new.get("image") and old["image"] != new["image"])) \
+            and not _tag_read(old, new):
         # (an image whose tag names no version is named: its version is only spec.version's)
         events.append(("Normal", "Upgraded",
                        f"PostgreSQL {describe(old['version'], old.get('image'))} -> "
                        f"{describe(new['version'], new.get('image'))} now serves"))
     return events
+
+
+def _tag_read(old: Obj, new: Obj) -> bool:
+    """The version changed only because the image's tag is read now: a release before
+    reported ``postgres:16.4`` under spec.version as written (``16``), the same image
+    reads ``16.4``. Nothing was upgraded: an Upgraded Event would say so wrongly."""
+    try:
+        before, after = Version.parse(old["version"]), Version.parse(new["version"])
+    except SpecError:
+        return False
+    return (after.major == before.major and after.minor is not None
+            and old.get("image") == new.get("image")
+            and image_version(new.get("image") or "") == after)

@@ -4,9 +4,12 @@ real v1.24 API server: a v16 Database was rolled onto 17 binaries)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from eventop.handlers.databases.spec import Version, image_version
+from eventop.handlers.databases.workload import VERSION_LABEL
 from tests.databases.test_lifecycle import created
 from tests.databases.world import World, database
 
@@ -51,8 +54,12 @@ def test_an_image_of_another_major_is_refused_and_changes_nothing() -> None:
 def test_status_and_events_report_the_version_the_image_tag_names() -> None:
     world = created(World(database(version="17", image="postgres:17.7-alpine")))
     assert world.db["status"]["version"] == "17.7"  # (was the bare major, 17)
-    world.edit(version="17.9")  # the image still says 17.7: 17.7 runs
+    world.edit(version="17.9")  # the image still says 17.7: contradictory, refused
     world.converge()
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ImageVersionMismatch")
+    assert world.condition("Progressing")["message"] != \
+        "PostgreSQL 17.7, as spec.version asks: no upgrade under way"
     assert world.db["status"]["version"] == "17.7"
     assert not [r for _, r, _ in world.events if r == "Upgraded"]
     world.edit(image="postgres:17.9-alpine")
@@ -79,3 +86,81 @@ def test_an_image_whose_tag_names_no_version_is_named_in_the_events() -> None:
     assert world.db["status"]["version"] == "17.7"  # spec.version, trusted
     upgraded = [m for _, r, m in world.events if r == "Upgraded"]
     assert upgraded == ["PostgreSQL 17.7 -> 17.7 (image postgres:latest) now serves"]
+
+
+def as_an_earlier_release_wrote(world: World, sts_name: str, version: str) -> None:
+    """The StatefulSet's version label and status.version as a release before the image's
+    tag was read wrote them: its ``resolve`` returned spec.version as written whenever
+    spec.image was set (``"16"`` with ``postgres:16.4`` ran as 16)."""
+    sts = world.get("StatefulSet", sts_name)
+    sts["metadata"]["labels"][VERSION_LABEL] = version
+    sts["spec"]["template"]["metadata"]["labels"][VERSION_LABEL] = version
+    world.db["status"]["version"] = version
+
+
+def test_a_major_version_on_a_minor_tag_an_earlier_release_ran_restarts_no_server() -> None:
+    """``version: "16"`` with ``postgres:16.4``: the label went from 16 to 16.4 after an
+    upgrade of the router, and every server restarted onto the same binaries."""
+    world = created(World(database(version="16", image="postgres:16.4")))
+    as_an_earlier_release_wrote(world, "orders-pg16", "16")
+    before = copy.deepcopy(world.get("StatefulSet", "orders-pg16"))
+    seen = len(world.events)
+    world.converge()
+    assert world.get("StatefulSet", "orders-pg16") == before  # no rollout
+    assert world.db["status"]["version"] == "16.4"  # the tag's, from now on
+    progressing = world.condition("Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "Stable")
+    assert progressing["message"].startswith("PostgreSQL 16.4")
+    assert world.events[seen:] == []  # nothing was upgraded, nothing is wrong
+    assert not [n for n in world.names("Job") if n.startswith("orders-backup-")]
+    # a real upgrade later is one, reported from the tag's version
+    world.edit(image="postgres:16.6")
+    world.converge()
+    world.job_done(next(n for n in world.names("Job") if n.startswith("orders-backup-16-6-")))
+    world.converge()
+    world.statefulset_ready("orders-pg16")
+    world.converge()
+    assert world.get("StatefulSet", "orders-pg16")["metadata"]["labels"][
+        VERSION_LABEL] == "16.6"
+    assert [m for _, r, m in world.events if r == "Upgraded"] == [
+        "PostgreSQL 16.4 -> 16.6 now serves"]
+
+
+def test_a_minor_version_the_tag_contradicts_is_refused_not_a_downgrade_for_good() -> None:
+    """``version: "17.9"`` with ``postgres:17.7``, reported 17.9 by an earlier release:
+    the router's upgrade said DowngradeRefused, "set spec.version back to 17.9", which it
+    was. It is refused as contradictory, and the fix it names applies without a
+    rollout, a downgrade or an Upgraded Event."""
+    world = created(World(database(version="17.7", image="postgres:17.7")))
+    world.db["spec"]["version"] = "17.9"  # (what the earlier release ran it with)
+    as_an_earlier_release_wrote(world, "orders-pg17", "17.9")
+    before = copy.deepcopy(world.get("StatefulSet", "orders-pg17"))
+    seen = len(world.events)
+    world.converge()
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ImageVersionMismatch")
+    assert "set spec.version to 17.7 or 17" in ready["message"]
+    assert world.get("StatefulSet", "orders-pg17") == before
+    for version in ("17.7", "17"):
+        world.edit(version=version)
+        world.converge()
+        progressing = world.condition("Progressing")
+        assert (progressing["status"], progressing["reason"]) == ("False", "Stable")
+        assert world.condition("Ready")["reason"] == "Running"
+        assert world.db["status"]["version"] == "17.7"
+        assert world.get("StatefulSet", "orders-pg17")["spec"] == before["spec"]
+    reasons = [r for _, r, _ in world.events[seen:]]
+    assert "DowngradeRefused" not in reasons and "Upgraded" not in reasons
+
+
+def test_a_minor_version_the_tag_contradicts_does_not_hold_the_deletion() -> None:
+    """The status an earlier release wrote (17.9 on postgres:17.7) is refused now; the
+    deletion works with what runs instead of keeping the Database for good."""
+    world = created(World(database(version="17.7", image="postgres:17.7")))
+    world.db["spec"]["version"] = "17.9"
+    as_an_earlier_release_wrote(world, "orders-pg17", "17.9")
+    world.converge()
+    world.delete()
+    world.converge()
+    assert world.condition("Deleting")["reason"] == "StoppingServers"
+    assert world.get("StatefulSet", "orders-pg17")["spec"]["replicas"] == 0

@@ -4,6 +4,9 @@ be applied: ``Ready`` is about the servers serving; the backups' own trouble is 
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from eventop.engine import Outcome, WriteError
 from eventop.handlers.databases.controller import backup_children, with_outcome
 from eventop.kube import get_condition
@@ -126,3 +129,69 @@ def test_a_rollout_of_the_current_spec_reads_as_progressing_not_degraded() -> No
     assert world.condition("Progressing")["reason"] == "Stable"
     assert world.db["status"]["phase"] == "Ready"
     assert _warnings(world) == []
+
+
+def test_a_rollout_under_an_unapplied_storage_class_is_no_servers_down_warning() -> None:
+    """RollingOut was set only while Progressing had nothing else to say: with
+    StorageClassImmutable set, a resources change rolled the pods and Ready read
+    ServersDown with a Warning."""
+    world = created(World(database()))
+    world.edit(storage={"size": "5Gi", "storageClassName": "fast"})
+    world.converge()
+    world.edit(resources={"requests": {"cpu": "200m", "memory": "256Mi"},
+                          "limits": {"memory": "1Gi"}})
+    world.converge()
+    world.statefulset_rolling("orders-pg16")
+    world.get("StatefulSet", "orders-pg16")["status"]["readyReplicas"] = 0
+    world.converge()
+    assert world.condition("Progressing")["reason"] == "StorageClassImmutable"
+    assert world.condition("Ready")["reason"] == "ServerNotReady"
+    assert _warnings(world) == ["StorageClassImmutable"]
+
+
+def _older(name: str) -> dict[str, Any]:
+    other = database(name)
+    other["metadata"].update(uid="0b9d3c1e-1111-4c52-9f0e-6d1c7e3a2b10",
+                             creationTimestamp="2026-11-20T09:00:00Z")
+    return other
+
+
+def test_a_taken_headless_service_name_leaves_the_address_and_ready_to_the_servers() -> None:
+    """Database ``orders`` beside an older ``orders-hl``: only its headless Service's name
+    is taken; its client Service ``orders``, which ``host`` names, is its own. Stripping
+    ``host`` and ``uri`` broke every application pod reading ``uri``, and Ready=False,
+    phase Failed, said a serving Database did not serve."""
+    world = created(World(database()))
+    secret = copy.deepcopy(world.get("Secret", "orders-credentials"))
+    world.neighbours = [_older("orders-hl")]
+    world.converge()
+    assert world.get("Secret", "orders-credentials")["data"] == secret["data"]
+    progressing = world.condition("Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "NameCollision")
+    assert progressing["message"].startswith(
+        "Database orders-hl's client Service is named orders-hl, the name of this "
+        "Database's headless Service")
+    assert world.condition("Ready")["reason"] == "Running"
+    assert world.db["status"]["phase"] == "Ready"
+    assert world.db["status"]["version"] == "16.11"
+    assert _warnings(world) == ["NameCollision"]
+
+
+def test_a_taken_client_service_name_makes_it_not_ready_and_takes_the_address() -> None:
+    """Database ``shop-hl`` beside an older ``shop``: its client Service's name is the
+    other's headless Service, so ``host`` would send clients to the other servers."""
+    world = World(database("shop-hl"))
+    world.converge()
+    world.statefulset_ready("shop-hl-pg16")
+    world.converge()
+    world.job_done("shop-hl-init")
+    world.converge()
+    world.neighbours = [_older("shop")]
+    world.converge()
+    data = world.get("Secret", "shop-hl-credentials")["data"]
+    assert "host" not in data and "uri" not in data and "password" in data
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NameCollision")
+    assert world.db["status"]["phase"] == "Failed"
+    assert "endpoint" not in world.db["status"]
+    assert _warnings(world) == ["NameCollision"]  # one Event, in two conditions

@@ -64,6 +64,7 @@ class World:
         self.db: Obj | None = copy.deepcopy(db)
         self.snapshot_api = snapshot_api
         self.terminating = False  # its namespace is being deleted
+        self.neighbours: list[Obj] = []  # the other Databases of its namespace
         self.now = START
         self.objects: dict[tuple[str, str], Obj] = {}
         self.owned: set[tuple[str, str]] = set()
@@ -95,7 +96,8 @@ class World:
                              if p["metadata"]["name"] == Names.of(name).backup_pvc), None),
             snapshots=kind("VolumeSnapshot") if self.snapshot_api else None,
             volumes=bound_volumes(kind("PersistentVolume"), "shop", Names.of(name)),
-            namespace_terminating=self.terminating)
+            namespace_terminating=self.terminating,
+            neighbours=copy.deepcopy(self.neighbours))
 
     def reconcile(self) -> Plan:
         assert self.db is not None, "the Database is gone"

@@ -311,6 +311,10 @@ EXPLAIN = {
         "its own spec.hostPort."),
 }
 EXPLAIN_LOCAL = {
+    "StorageClassImmutable": (
+        "the replayed recording made this mirror's claim without a storage class before the "
+        "example asked for one, and a claim's class can not change; the mirror keeps the "
+        "claim it has. On a cluster, delete the claim to start over with the class."),
     "RegistryNotReady": (
         "the local API server runs no kubelet or workload controllers, so the registry's "
         "pods never start here; on a cluster the mirror turns Ready once its StatefulSet "

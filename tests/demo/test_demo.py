@@ -310,3 +310,15 @@ def test_a_rates_url_given_is_used_by_the_local_demo_and_a_wrong_one_refused() -
         proc = run_demo("--timeout", "120", env=demo_env(RATES_API_URL=rates.url))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"rates provider          {rates.url}  (RATES_API_URL)" in proc.stdout
+
+
+def test_the_quay_mirrors_unapplied_storage_class_is_explained_as_the_replays_doing() -> None:
+    """The replayed recording made quay's claim without a class, then the example asks for
+    one: the demo showed Degraded=True(StorageClassImmutable) with no word on why."""
+    from demo.world import _explained
+
+    said = _explained({"type": "Degraded", "status": "True", "reason": "StorageClassImmutable",
+                       "message": "PersistentVolumeClaim mirror-quay-cache has no storage "
+                                  "class"}, local=True, explained=set())
+    assert said is not None and "what it means: the replayed recording made this mirror's " \
+        "claim without a storage class" in said

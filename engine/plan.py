@@ -162,17 +162,27 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
 def _hold_back_in_foreign_namespaces(result: Plan) -> None:
     """Children to be written into a desired Namespace that is a conflict (it exists and is
     not this parent's) are held back as conflicts: the spec named a namespace someone else
-    made, and writing there (a RoleBinding, a quota) would act on theirs. Deletes of the
-    parent's own children stay."""
+    made, and writing there (a RoleBinding, a quota) would act on theirs."""
     foreign = {c.name for c in result.conflicts if c.kind == "Namespace" and not c.namespace}
-    if not foreign:
-        return
-    held = [a for a in result.actions if a.namespace in foreign and a.verb != "delete"]
-    for action in held:
-        result.actions.remove(action)
-        result.conflicts.append(Conflict(
-            action.kind, action.namespace, action.name,
-            f"held back: Namespace {action.namespace} is not this parent's"))
+    if foreign:
+        result.actions, held = held_back(result.actions, foreign, "is not this parent's")
+        result.conflicts += held
+
+
+def held_back(actions: list[Action], namespaces: set[str],
+              why: str) -> tuple[list[Action], list[Conflict]]:
+    """``actions`` without the writes into ``namespaces``, and those as conflicts (``held
+    back: Namespace N <why>``). Deletes of the parent's own children stay. The one rule for
+    the plan (a Namespace the cache shows as someone else's) and for ``execute`` (one whose
+    create found it made by someone else meanwhile)."""
+    kept, held = [], []
+    for a in actions:
+        if a.namespace in namespaces and a.verb != "delete":
+            held.append(Conflict(a.kind, a.namespace, a.name,
+                                 f"held back: Namespace {a.namespace} {why}"))
+        else:
+            kept.append(a)
+    return kept, held
 
 
 def _plan_patch(ctl: Controller, obj: Obj, reads: Reads, result: Plan) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from eventop.engine.controller import CREATED_ANNOTATION
 from eventop.engine.desired import Conflict, Note, Outcome, WriteError
-from eventop.engine.plan import Action, Plan, in_sync, is_ours, replacement
+from eventop.engine.plan import Action, Plan, held_back, in_sync, is_ours, replacement
 from eventop.kube import errors
 from eventop.kube.recent import Recent
 
@@ -140,15 +140,8 @@ def execute(plan: Plan, writer: Writer, parent: Obj, *,
         # refused is not this parent's: nothing goes into it (see plan's hold-back).
         missed = {c.name for c in made.conflicts if c.kind == "Namespace"} | {
             e.name for e in made.errors if e.kind == "Namespace"}
-        rest, held = [], []
-        for a in plan.actions:
-            if a in first:
-                continue
-            if a.namespace in missed and a.verb != "delete":
-                held.append(Conflict(a.kind, a.namespace, a.name, f"held back: Namespace "
-                                     f"{a.namespace} was not made by this parent"))
-            else:
-                rest.append(a)
+        rest, held = held_back([a for a in plan.actions if a not in first], missed,
+                               "was not made by this parent")
         others = execute(Plan(rest, plan.unchanged, plan.conflicts + held, plan.skipped),
                          writer, parent, submit=submit, inflight=inflight, prior=prior,
                          dispatched=dispatched)

@@ -104,7 +104,6 @@ class Answers:
         self.clock = clock or client.clock
         self._refreshed: dict[str, Answer] = {}
         self._failed: dict[str, Answer] = {}
-        self._refresh_locks: dict[str, threading.Lock] = {}
         #: The request for a base under way, if any: set once it is answered and kept.
         self._flights: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -117,17 +116,17 @@ class Answers:
         deadline = self.client.clock() + self.client.refresh_budget
         asked: list[str] = []
         for base, currencies in sorted(wanted.items()):
-            with self._refreshing(base):  # a refresh delivered twice at once asks once
-                if self._latest(base, currencies, "", "") is not None:
-                    continue
-                with self._flight(base) as mine:
-                    if not mine:
-                        self._wait_for_flight(base)
-                        if self._latest(base, currencies, "", "") is not None:
-                            continue
-                    result = self._ask(base, currencies, deadline)
-                    asked.append(base)
-                    self._keep(self._refreshed, base, currencies, result)
+            if self._latest(base, currencies, "", "") is not None:
+                continue
+            # a refresh delivered twice at once asks once: the second waits for the first
+            with self._flight(base) as mine:
+                if not mine:
+                    self._wait_for_flight(base)
+                    if self._latest(base, currencies, "", "") is not None:
+                        continue
+                result = self._ask(base, currencies, deadline)
+                asked.append(base)
+                self._keep(self._refreshed, base, currencies, result)
         return asked
 
     def recent(self, base: str, currency: str, not_before: str = "",
@@ -202,10 +201,6 @@ class Answers:
               result: Result) -> None:
         with self._lock:
             where[base] = Answer(frozenset(currencies), result, self.clock(), now_rfc3339())
-
-    def _refreshing(self, base: str) -> threading.Lock:
-        with self._lock:
-            return self._refresh_locks.setdefault(base, threading.Lock())
 
     def _ask(self, base: str, currencies: set[str], deadline: float | None) -> Result:
         try:

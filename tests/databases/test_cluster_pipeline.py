@@ -98,11 +98,16 @@ def without_snapshot_api(cluster: RealCluster) -> Iterator[tuple[Pipeline, str]]
             cluster.world.apply(crd, force=True)
 
 
+def orders_life(cluster: RealCluster, ns: str) -> Life:
+    """Database ``orders`` in ``ns``, its controllers played as on the real cluster."""
+    return Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
+                TIMEOUT)
+
+
 def test_a_database_is_served_backed_up_scaled_upgraded_and_snapshotted_when_deleted(
         cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
     _pipe, ns = with_snapshot_api
-    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
-                TIMEOUT)
+    life = orders_life(cluster, ns)
     lives.serve(life, version="16.10", replicas=1)
     lives.backups(life)
     lives.scale(life, 2)
@@ -130,8 +135,7 @@ def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
 def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final_backup(
         cluster: RealCluster, without_snapshot_api: tuple[Pipeline, str]) -> None:
     pipe, ns = without_snapshot_api
-    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
-                TIMEOUT)
+    life = orders_life(cluster, ns)
     lives.serve(life, version="16", replicas=1)
     answers: list[requests.Response] = []
 
@@ -218,8 +222,7 @@ def test_a_port_change_moves_the_services_and_the_server_leaving_no_old_port_beh
     the old one (a reviewer saw both Services refused with 'Duplicate value: "postgres"',
     and a StatefulSet with both ports, when the POST's fields were never handed over)."""
     _pipe, ns = with_snapshot_api
-    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
-                TIMEOUT)
+    life = orders_life(cluster, ns)
     lives.serve(life, version="16", replicas=1)
     life.edit(port=5433)
 
@@ -240,7 +243,6 @@ def test_a_port_change_moves_the_services_and_the_server_leaving_no_old_port_beh
 def test_a_service_port_edited_by_hand_is_put_back_keeping_its_cluster_ip(
         cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
     _pipe, ns = with_snapshot_api
-    life = Life(cluster, Components(cluster, real=True, timeout=TIMEOUT), ns, "orders",
-                TIMEOUT)
+    life = orders_life(cluster, ns)
     lives.serve(life, version="16", replicas=1)
     lives.service_port_edited_by_hand(life)

@@ -64,11 +64,7 @@ def test_status_and_events_report_the_version_the_image_tag_names() -> None:
     assert not [r for _, r, _ in world.events if r == "Upgraded"]
     world.edit(image="postgres:17.9-alpine")
     world.converge()
-    backup = next(n for n in world.names("Job") if n.startswith("orders-backup-17-9-"))
-    world.job_done(backup)
-    world.converge()
-    world.statefulset_ready("orders-pg17")
-    world.converge()
+    world.backed_up_and_rolled("17-9-", "orders-pg17")
     assert world.db["status"]["version"] == "17.9"
     upgraded = [m for _, r, m in world.events if r == "Upgraded"]
     assert upgraded == ["PostgreSQL 17.7 -> 17.9 now serves"]
@@ -78,11 +74,7 @@ def test_an_image_whose_tag_names_no_version_is_named_in_the_events() -> None:
     world = created(World(database(version="17.7")))
     world.edit(image="postgres:latest")
     world.converge()
-    backup = next(n for n in world.names("Job") if n.startswith("orders-backup-17-7-"))
-    world.job_done(backup)
-    world.converge()
-    world.statefulset_ready("orders-pg17")
-    world.converge()
+    world.backed_up_and_rolled("17-7-", "orders-pg17")
     assert world.db["status"]["version"] == "17.7"  # spec.version, trusted
     upgraded = [m for _, r, m in world.events if r == "Upgraded"]
     assert upgraded == ["PostgreSQL 17.7 -> 17.7 (image postgres:latest) now serves"]
@@ -116,10 +108,7 @@ def test_a_major_version_on_a_minor_tag_an_earlier_release_ran_restarts_no_serve
     # a real upgrade later is one, reported from the tag's version
     world.edit(image="postgres:16.6")
     world.converge()
-    world.job_done(next(n for n in world.names("Job") if n.startswith("orders-backup-16-6-")))
-    world.converge()
-    world.statefulset_ready("orders-pg16")
-    world.converge()
+    world.backed_up_and_rolled("16-6-", "orders-pg16")
     assert world.get("StatefulSet", "orders-pg16")["metadata"]["labels"][
         VERSION_LABEL] == "16.6"
     assert [m for _, r, m in world.events if r == "Upgraded"] == [

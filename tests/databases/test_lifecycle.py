@@ -190,10 +190,7 @@ def test_a_failed_major_upgrade_keeps_the_old_server_serving() -> None:
     world = created(World(database()))
     world.edit(version="17")
     world.converge()
-    world.job_done(next(n for n in world.names("Job") if n.startswith("orders-backup-17")))
-    world.converge()
-    world.statefulset_ready("orders-pg17")
-    world.converge()
+    world.backed_up_and_rolled("17", "orders-pg17")
     world.job_done("orders-upgrade-pg17", ok=False)
     world.converge()
     assert world.condition("Progressing")["reason"] == "UpgradeFailed"

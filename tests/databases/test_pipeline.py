@@ -62,10 +62,15 @@ def without_snapshot_api(namespace: str) -> Iterator[tuple[LocalCluster, Pipelin
         cluster.close()
 
 
+
+def orders_life(cluster: LocalCluster, namespace: str) -> Life:
+    """Database ``orders`` in ``namespace``, its controllers played on the local server."""
+    return Life(cluster, Components(cluster, real=False), namespace, "orders")
+
 def test_a_database_is_served_backed_up_scaled_upgraded_and_snapshotted_when_deleted(
         with_snapshot_api: tuple[LocalCluster, Pipeline], namespace: str) -> None:
     cluster, _pipe = with_snapshot_api
-    life = Life(cluster, Components(cluster, real=False), namespace, "orders")
+    life = orders_life(cluster, namespace)
     lives.serve(life, version="16.10", replicas=1)
     lives.backups(life)
     lives.scale(life, 2)
@@ -92,7 +97,7 @@ def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
 def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final_backup(
         without_snapshot_api: tuple[LocalCluster, Pipeline], namespace: str) -> None:
     cluster, pipe = without_snapshot_api
-    life = Life(cluster, Components(cluster, real=False), namespace, "orders")
+    life = orders_life(cluster, namespace)
     lives.serve(life, version="16", replicas=1)
     answers: list[requests.Response] = []
 
@@ -108,6 +113,6 @@ def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final
 def test_a_service_port_edited_by_hand_is_put_back_keeping_its_cluster_ip(
         with_snapshot_api: tuple[LocalCluster, Pipeline], namespace: str) -> None:
     cluster, _pipe = with_snapshot_api
-    life = Life(cluster, Components(cluster, real=False), namespace, "orders")
+    life = orders_life(cluster, namespace)
     lives.serve(life, version="16", replicas=1)
     lives.service_port_edited_by_hand(life)

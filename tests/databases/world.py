@@ -247,6 +247,16 @@ class World:
                  "message": "Job has reached the specified backoff limit",
                  "lastTransitionTime": when}]}
 
+    def backed_up_and_rolled(self, backup: str, statefulset: str) -> None:
+        """The pre-upgrade backup Job whose name starts with ``orders-backup-<backup>``
+        completes, then ``statefulset`` reports its pods ready: converged after each, as
+        the controllers would take an upgrade from its backup to its new servers."""
+        self.job_done(next(n for n in self.names("Job")
+                           if n.startswith(f"orders-backup-{backup}")))
+        self.converge()
+        self.statefulset_ready(statefulset)
+        self.converge()
+
     def cron_run(self, ok: bool = True, *, finish: bool = True) -> str:
         """The CronJob controller starts a Job from the template; it finishes now (unless
         not ``finish``: it is running)."""

@@ -103,12 +103,14 @@ def test_object_someone_else_owns_is_a_conflict_never_written() -> None:
     assert not [w for w in world.writes if w[1] == "ConfigMap"]
 
 
-def test_children_in_a_desired_namespace_someone_else_made_are_held_back_not_written() -> None:
-    """A cluster-scoped parent naming a namespace another team made: the Namespace is a
-    conflict, and so is every child that would go into it (a RoleBinding there would grant
-    access to someone else's namespace); its own children elsewhere are still written."""
-    tenant = {"apiVersion": "example.com/v1", "kind": "Tenant",
-              "metadata": {"name": "gamma"}, "spec": {"namespace": "team-gamma"}}
+def tenant(name: str, namespace: str) -> Obj:
+    return {"apiVersion": "example.com/v1", "kind": "Tenant",
+            "metadata": {"name": name}, "spec": {"namespace": namespace}}
+
+
+def tenants_controller(*elsewhere: Obj) -> Controller:
+    """Each Tenant wants its Namespace (spec.namespace) and a ConfigMap ``access`` in it,
+    and the ``elsewhere`` children; its status lists the conflicts with their reasons."""
     ctl = Controller("tenants", parent="example.com/v1/Tenant",
                      owns=["v1/Namespace", "v1/ConfigMap"], registry=Registry())
 
@@ -119,13 +121,21 @@ def test_children_in_a_desired_namespace_someone_else_made_are_held_back_not_wri
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "access", "namespace": ns}, "data": {"who": "erin"}},
-            {"apiVersion": "v1", "kind": "ConfigMap",
-             "metadata": {"name": "gamma-note", "namespace": "tenants"}, "data": {}}],
+            *elsewhere],
             status=lambda outcome: {"conflicts": sorted(
                 f"{c.kind} {c}: {c.reason}" for c in outcome.conflicts)})
+    return ctl
 
-    world = World([tenant, {"apiVersion": "v1", "kind": "Namespace",
-                            "metadata": {"name": "team-gamma"}},
+
+def test_children_in_a_desired_namespace_someone_else_made_are_held_back_not_written() -> None:
+    """A cluster-scoped parent naming a namespace another team made: the Namespace is a
+    conflict, and so is every child that would go into it (a RoleBinding there would grant
+    access to someone else's namespace); its own children elsewhere are still written."""
+    ctl = tenants_controller({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "gamma-note", "namespace": "tenants"},
+                              "data": {}})
+    world = World([tenant("gamma", "team-gamma"), {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": "team-gamma"}},
                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}}])
     world.converge(ctl)
     assert world.get("v1/ConfigMap", "access", "team-gamma") is None
@@ -142,22 +152,8 @@ def test_children_are_held_back_when_their_namespace_was_made_by_someone_else_me
     parent's run did): its create finds it there, and nothing goes into it."""
     from eventop.engine import testing
 
-    tenant = {"apiVersion": "example.com/v1", "kind": "Tenant",
-              "metadata": {"name": "x"}, "spec": {"namespace": "team-x"}}
-    ctl = Controller("tenants", parent="example.com/v1/Tenant",
-                     owns=["v1/Namespace", "v1/ConfigMap"], registry=Registry())
-
-    @ctl.reconcile
-    def desired(t: Obj, reads: Any) -> Desired:
-        ns = t["spec"]["namespace"]
-        return Desired(children=[
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            {"apiVersion": "v1", "kind": "ConfigMap",
-             "metadata": {"name": "access", "namespace": ns}, "data": {"who": "erin"}}],
-            status=lambda outcome: {"conflicts": sorted(
-                f"{c.kind} {c}: {c.reason}" for c in outcome.conflicts)})
-
-    world = World([tenant])
+    ctl = tenants_controller()
+    world = World([tenant("x", "team-x")])
     create = testing._WorldWriter.create
 
     def made_meanwhile(self: Any, obj: Obj) -> Obj:
@@ -609,23 +605,30 @@ def test_a_refused_write_is_a_warning_event_with_the_servers_reason_once_not_per
     assert world.reconcile(ctl, "a", "teams").unsettled  # so the router tries it again
 
 
-def test_a_write_refused_by_authorization_says_it_is_tried_again_within_the_short_cap(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 403 is retried at most every 30 s (REFUSED_RETRY_CAP), not 5 minutes: the Event
-    says the interval the queue really keeps, and what to grant."""
+def refused_create(monkeypatch: pytest.MonkeyPatch, message: str) -> tuple[Any, Note]:
+    """One run of Team ``a`` whose every create is refused 403 with ``message``: its result
+    and the one WriteRefused Event it posted."""
     from eventop.engine import testing
     from eventop.kube import errors
 
     def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
-        raise errors.Forbidden('configmaps is forbidden: User "system:serviceaccount:'
-                               'eventop-system:eventop-router" cannot create resource '
-                               '"configmaps" in API group "" in the namespace "teams"',
-                               reason="Forbidden")
+        raise errors.Forbidden(message, reason="Forbidden")
 
     monkeypatch.setattr(testing._WorldWriter, "create", refuse)
     world = World([team("a", ["ann"])])
     result = world.reconcile(teams_controller(), "a", "teams")
     (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    return result, note
+
+
+def test_a_write_refused_by_authorization_says_it_is_tried_again_within_the_short_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 403 is retried at most every 30 s (REFUSED_RETRY_CAP), not 5 minutes: the Event
+    says the interval the queue really keeps, and what to grant."""
+    result, note = refused_create(
+        monkeypatch, 'configmaps is forbidden: User "system:serviceaccount:eventop-system:'
+        'eventop-router" cannot create resource "configmaps" in API group "" in the '
+        'namespace "teams"')
     assert note.message.endswith(
         "grant the router's ServiceAccount what it names; "
         "tried again with backoff (at most every 30 s) and whenever something changes")
@@ -636,19 +639,10 @@ def test_a_write_refused_by_admission_is_not_blamed_on_the_routers_permissions(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A claim a storage class can not resize is refused 403 by admission, not by RBAC: the
     Event sent the user to grant permissions the router already had."""
-    from eventop.engine import testing
-    from eventop.kube import errors
-
-    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
-        raise errors.Forbidden('persistentvolumeclaims "backup" is forbidden: only '
-                               "dynamically provisioned pvc can be resized and the "
-                               "storageclass that provisions the pvc must support resize",
-                               reason="Forbidden")
-
-    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
-    world = World([team("a", ["ann"])])
-    world.reconcile(teams_controller(), "a", "teams")
-    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    _result, note = refused_create(
+        monkeypatch, 'persistentvolumeclaims "backup" is forbidden: only dynamically '
+        "provisioned pvc can be resized and the storageclass that provisions the pvc must "
+        "support resize")
     assert "an admission check refused it" in note.message
     assert "ServiceAccount" not in note.message
 
@@ -657,19 +651,10 @@ def test_a_role_binding_refused_as_an_escalation_says_to_grant_bind(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """RBAC's privilege-escalation check words its 403 unlike an authorization refusal:
     it is not an admission check, and the README's remedy is bind on the role."""
-    from eventop.engine import testing
-    from eventop.kube import errors
-
-    def refuse(self: Any, obj: Obj, **_: Any) -> Obj:
-        raise errors.Forbidden('rolebindings.rbac.authorization.k8s.io "team-edit" is '
-                               'forbidden: user "system:serviceaccount:eventop-system:'
-                               'eventop-router" (groups=[...]) is attempting to grant RBAC '
-                               "permissions not currently held: ...", reason="Forbidden")
-
-    monkeypatch.setattr(testing._WorldWriter, "create", refuse)
-    world = World([team("a", ["ann"])])
-    world.reconcile(teams_controller(), "a", "teams")
-    (note,) = [n for _name, n in world.events if n.reason == "WriteRefused"]
+    _result, note = refused_create(
+        monkeypatch, 'rolebindings.rbac.authorization.k8s.io "team-edit" is forbidden: user '
+        '"system:serviceaccount:eventop-system:eventop-router" (groups=[...]) is attempting '
+        "to grant RBAC permissions not currently held: ...")
     assert "bind on the role it hands out" in note.message
     assert "admission" not in note.message
 

@@ -341,16 +341,23 @@ def test_names_no_object_can_have_are_refused_at_start(capsys, args: list[str],
     assert capsys.readouterr().err.startswith(f"python -m eventop.watcher run: error: {said}")
 
 
+def run_on_kubeconfig(text: str, name: str, tmp_path, monkeypatch, capsys) -> tuple[Path, str]:
+    """``watcher run`` with KUBECONFIG naming a file holding ``text``: it must exit 2; the
+    file and what was said on stderr."""
+    config = tmp_path / name
+    config.write_text(text)
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.delenv("EVENTOP_KUBE_URL", raising=False)
+    assert main(["run", "--sink", "http://127.0.0.1:9"]) == 2
+    return config, capsys.readouterr().err
+
+
 def test_a_file_that_is_no_kubeconfig_at_all_is_named_in_one_line(capsys, tmp_path,
                                                                     monkeypatch) -> None:
     """KUBECONFIG=/etc/passwd read "TypeError: 'str' object does not support item
     assignment": true, and no help."""
-    config = tmp_path / "passwd"
-    config.write_text("root:x:0:0:root:/root:/bin/bash\n")
-    monkeypatch.setenv("KUBECONFIG", str(config))
-    monkeypatch.delenv("EVENTOP_KUBE_URL", raising=False)
-    assert main(["run", "--sink", "http://127.0.0.1:9"]) == 2
-    err = capsys.readouterr().err
+    config, err = run_on_kubeconfig("root:x:0:0:root:/root:/bin/bash\n", "passwd", tmp_path,
+                                    monkeypatch, capsys)
     assert err == (f"python -m eventop.watcher run: error: --kubeconfig/KUBECONFIG: {config} "
                    "is not a kubeconfig (a YAML mapping with clusters, users and contexts, as "
                    "`kubectl config view` shows)\n")
@@ -358,12 +365,8 @@ def test_a_file_that_is_no_kubeconfig_at_all_is_named_in_one_line(capsys, tmp_pa
 
 def test_a_malformed_kubeconfig_is_said_in_one_line(capsys, tmp_path, monkeypatch) -> None:
     """The YAML parser's message spans lines; the user gets one."""
-    config = tmp_path / "kubeconfig"
-    config.write_text("apiVersion: v1\nclusters: [\n  - a\n")
-    monkeypatch.setenv("KUBECONFIG", str(config))
-    monkeypatch.delenv("EVENTOP_KUBE_URL", raising=False)
-    assert main(["run", "--sink", "http://127.0.0.1:9"]) == 2
-    err = capsys.readouterr().err
+    _config, err = run_on_kubeconfig("apiVersion: v1\nclusters: [\n  - a\n", "kubeconfig",
+                                     tmp_path, monkeypatch, capsys)
     assert err.count("\n") == 1
     assert err.startswith("python -m eventop.watcher run: error: cannot configure Kubernetes "
                           "access: ParserError: while parsing a flow node expected")

@@ -275,6 +275,22 @@ class Engine:
             ticket.seal()
         return ticket, notes
 
+    def validate(self, event: Event) -> None:
+        """Raise :class:`InvalidEvent` when the event names an object no API server could
+        send: a namespaced kind without a namespace, a cluster-scoped one with one (as far
+        as the cache knows the kind). The router asks before any handler runs, so an event
+        answered 400 has run nothing."""
+        ref = event.ref
+        store = self._store(ref.api_version, ref.kind) if ref is not None else None
+        if ref is None or store is None or store.namespaced == bool(ref.namespace):
+            return
+        # Looked up as it is, it would be "gone" (or found in some other namespace).
+        raise InvalidEvent(
+            f"the event names {ref.kind} {ref.name!r} without a namespace, but "
+            f"{ref.kind} is namespaced" if store.namespaced else
+            f"the event names {ref.kind} {ref.name!r} in namespace {ref.namespace!r}, "
+            f"but {ref.kind} is cluster-scoped")
+
     def _submit_change(self, event: Event, ticket: Ticket, notes: dict[str, str]) -> None:
         ref = event.ref
         if ref is None:
@@ -299,14 +315,7 @@ class Engine:
                 ready.append(ctl)
         if not ready:
             return
-        store = self._store(*kind)
-        if store is not None and store.namespaced != bool(ref.namespace):
-            # Looked up as it is, it would be "gone" (or found in some other namespace).
-            raise InvalidEvent(
-                f"the event names {ref.kind} {ref.name!r} without a namespace, but "
-                f"{ref.kind} is namespaced" if store.namespaced else
-                f"the event names {ref.kind} {ref.name!r} in namespace {ref.namespace!r}, "
-                f"but {ref.kind} is cluster-scoped")
+        self.validate(event)
         subject, since = self.catchup.caught_up(event, kind)
         uid, rv = ref.uid, ref.resource_version
         for ctl in ready:

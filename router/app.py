@@ -12,6 +12,12 @@ status code alone:
   any other handler failure: the sender retries with backoff, which is safe because
   handlers are idempotent.
 
+A ``2xx`` answer carries a JSON body saying what each handler did, except to a Knative
+Broker or Channel: they take a non-empty body that is not a CloudEvent for a failed
+delivery (502, retried, then dead-lettered), so a delivery that says it is one (``Prefer:
+reply``, or the Broker's ``knativearrivaltime`` extension) gets an empty body. Error
+answers keep theirs: Knative retries them whatever they say.
+
 The app object is importable as ``gunicorn 'eventop.router.app:create_app()'``;
 ``python -m eventop.router`` adds the multi-worker metrics setup and sensible defaults (see
 :mod:`eventop.router.server`).
@@ -35,7 +41,12 @@ from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
 from eventop.kube.resources import is_custom
 from eventop.router import auth, logs, metrics
-from eventop.router.dispatch import EngineProvider, process_generation, run_controllers
+from eventop.router.dispatch import (
+    EngineProvider,
+    process_generation,
+    run_controllers,
+    validate,
+)
 from eventop.router.parse import BadEvent, parse_environ
 
 if TYPE_CHECKING:
@@ -162,6 +173,15 @@ def _json(body: dict[str, Any], status: int) -> Response:
     return Response(_encode(body).encode(), status=status, content_type="application/json")
 
 
+def knative_delivery(environ: dict[str, Any]) -> bool:
+    """Whether a Knative Broker or Channel sent the request: they send ``Prefer: reply``
+    (Eventing 1.0 on), and a Broker's events carry ``knativearrivaltime`` (binary mode, as
+    its filter delivers). Such a sender reads a 2xx answer's body as the reply event."""
+    prefer = environ.get("HTTP_PREFER")
+    return ("HTTP_CE_KNATIVEARRIVALTIME" in environ
+            or (prefer is not None and "reply" in prefer.lower()))
+
+
 def _describe(event: Event) -> dict[str, Any]:
     """What the log line and the metrics say about the event: never its data."""
     ref = event.ref
@@ -242,6 +262,8 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
             logs.log_fields(log, level,
                             logs.event_message(info, status, duration_ms, results, error),
                             fields)
+        if 200 <= status < 300 and knative_delivery(request.environ):
+            return Response(status=status)  # no reply event: see the module docstring
         return _json(body, status)
 
     def ignored(event: Event, info: dict[str, Any], start: float) -> Response:
@@ -302,6 +324,7 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                 "error": f"Kubernetes API not available, handlers {', '.join(names)} not run: "
                          f"{exc}"}, names, logging.ERROR, str(exc))
         try:
+            validate(engines, event)  # a 400 must have run no handler
             outcomes = registry.dispatch(event, kube_access)
             outcomes += controller_outcomes(engines, event)
         except InvalidEvent as bad:  # the sender's mistake: sending it again would not help

@@ -111,6 +111,18 @@ class EngineProvider:
         return names
 
 
+def validate(engines: EngineProvider, event: Event) -> None:
+    """:class:`InvalidEvent` for an event the engine's caches say no API server could send,
+    checked before any handler runs; nothing is checked while the engine is not running."""
+    if not engines or not engines.interested(event):
+        return
+    try:
+        engine = engines.get()
+    except KubeError:
+        return  # the runs will be answered unavailable; the resend is checked then
+    engine.validate(event)
+
+
 def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
     """Queue the event's runs and wait for them; Unavailable if they can not be run.
 

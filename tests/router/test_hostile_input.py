@@ -215,3 +215,38 @@ def test_an_event_naming_a_namespaced_object_without_a_namespace_is_a_400_not_a_
     assert resp.status_code == 400, resp.get_json()
     assert ("ExchangeRate 'x' without a namespace, but ExchangeRate is namespaced"
             in resp.get_json()["error"])
+
+
+def test_an_event_answered_400_runs_no_on_function() -> None:
+    """The 400 says the sender's event names no object an API server could send: an ``@on``
+    function acting on it first would have acted on that same impossible object."""
+    from eventop import handlers
+    from eventop.handlers import Registry
+
+    seen: list[str] = []
+    mine = Registry()
+
+    @mine.on("dev.knative.apiserver.*", api_version="eventop.dev/v1", kind="ExchangeRate")
+    def audit(event: Any, kube: Any) -> None:
+        seen.append(event.id)
+
+    registry = handlers.load(extra="", builtin="exchange_rates")
+    registry.include(mine)
+    os.environ.setdefault("RATES_API_URL", "http://127.0.0.1:9")
+    with local_kube_server() as server:
+        app = create_app(registry=registry, kube=Kube.connect(url=server.url))
+        try:
+            client = app.test_client()
+            obj = {"apiVersion": "eventop.dev/v1", "kind": "ExchangeRate",
+                   "metadata": {"name": "x", "uid": "u-1", "resourceVersion": "1"}}
+            bad = client.post("/", headers=_headers("dev.knative.apiserver.resource.add",
+                                                     "1.0"), data=json.dumps(obj))
+            obj["metadata"]["namespace"] = "default"
+            good = client.post("/", headers={**_headers("dev.knative.apiserver.resource.add",
+                                                          "1.0"), "ce-id": "fine-1"},
+                               data=json.dumps(obj))
+        finally:
+            app.extensions["eventop"]["engine"].stop()
+    assert bad.status_code == 400, bad.get_json()
+    assert good.status_code == 200, good.get_json()
+    assert seen == ["fine-1"]

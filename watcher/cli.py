@@ -252,7 +252,12 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
     400 that every retry would get again). An API server that cannot be reached yet, and a
     refusal of the watcher's credentials (401, 403: a grant may come), are left to the watch
     loop too, which logs what to do and retries.
+
+    A namespace after ``@`` that does not exist is only warned about: it may be created
+    later (its objects are delivered then), but it may as well be a typo that would
+    otherwise watch nothing, silently.
     """
+    warn_missing_namespaces(kube, specs)
     for spec in specs:
         try:
             if "." not in spec.group or spec.label_selector:
@@ -277,6 +282,20 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
                 f"{spec.api_version}, and no CustomResourceDefinition can add it there; write "
                 "[group/]version/plural as `kubectl api-resources` lists them, e.g. "
                 "v1/configmaps or apps/v1/statefulsets") from None
+
+
+def warn_missing_namespaces(kube: Kube, specs: list[ResourceSpec]) -> None:
+    """Log one warning per namespace named after ``@`` that the API server does not have."""
+    for namespace in sorted({s.namespace for s in specs if s.namespace}):
+        try:
+            found = kube.get_or_none("v1", "Namespace", namespace)
+        except KubeError:
+            return  # unreachable, or no grant to read namespaces: nothing to say
+        if found is None:
+            watched = ", ".join(str(s) for s in specs if s.namespace == namespace)
+            log.warning("namespace %r does not exist: %s watch(es) nothing until it is "
+                        "created (check the spelling in EVENTOP_RESOURCES or --resource)",
+                        namespace, watched)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -235,6 +235,20 @@ def test_a_label_selector_the_api_server_refuses_is_one_line_at_start(kube) -> N
     check_resources(kube, [ResourceSpec.parse("v1/configmaps:app in (a,b)")])
 
 
+def test_a_namespace_that_does_not_exist_is_warned_about_once_and_still_watched(
+        kube, caplog: pytest.LogCaptureFixture) -> None:
+    """``v1/configmaps@nosuchns`` watched nothing, silently: a typo looked like a quiet
+    namespace. It may also be created later, so it is a warning, not a refusal."""
+    specs = [ResourceSpec.parse("v1/configmaps@nosuchns"),
+             ResourceSpec.parse("v1/secrets@nosuchns"), ResourceSpec.parse("v1/configmaps@default")]
+    with caplog.at_level("WARNING", logger="eventop.watcher"):
+        check_resources(kube, specs)
+    assert [r.getMessage() for r in caplog.records] == [
+        "namespace 'nosuchns' does not exist: v1/configmaps@nosuchns, v1/secrets@nosuchns "
+        "watch(es) nothing until it is created (check the spelling in EVENTOP_RESOURCES or "
+        "--resource)"]
+
+
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_selected_resource_the_watchers_credentials_may_not_list_is_left_to_the_watch_loop(
         kube, monkeypatch: pytest.MonkeyPatch, status: int) -> None:

@@ -241,6 +241,26 @@ def test_secret_contents_come_from_the_api_server_not_the_event(h: Harness) -> N
     assert {c["data"]["k"] for c in h.copies("Secret").values()} == {real}
 
 
+def test_a_reference_mode_secret_event_names_the_source_and_its_copies_follow(
+        h: Harness) -> None:
+    """Knative mode sends Secrets in Reference mode (their data never crosses the Broker):
+    the event names the Secret only, and the run reads it from the API server's side."""
+    h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v1").decode()},
+                       COPYRATOR))
+    h.world_put(copy_rule("registry-credentials", "secret"))
+    h.settle()
+    changed = h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v2").decode()},
+                                 COPYRATOR))
+    h.changes()  # the watcher's own event for it is not delivered: only the reference below
+    ref = {"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "default"}
+    outcomes = h.deliver(Event(id="s1", type=REF_PREFIX + "update", source="test", data=ref,
+                               extensions=kube_extensions(changed)))
+    assert outcomes and all(o.ok for o in outcomes)
+    copies = h.copies("Secret")
+    assert set(copies) == {"team-a/regcred", "team-b/regcred"}
+    assert {c["data"]["k"] for c in copies.values()} == {base64.b64encode(b"v2").decode()}
+
+
 def test_immutable_copy_is_recreated_when_its_source_is_replaced(h: Harness) -> None:
     h.world_put(config_map("default", "frozen", {"v": "1"}, COPYRATOR, immutable=True))
     h.settle()

@@ -255,21 +255,39 @@ def test_apiserversource_watches_the_watchers_resources_read_only() -> None:
     source for a kind the cluster does not serve would not start), with the same label
     selectors, and may only read them; each kind has its Trigger to the router."""
     objs = render("knative")
-    source = find(objs, "ApiServerSource", "eventop")
-    assert source["spec"]["mode"] == "Resource"
+    resources = source_resources(objs)
     table = plurals()
     watched = {(*table[(r["apiVersion"], r["kind"])],
                 ",".join(f"{k}={v}" for k, v in sorted(
                     (r.get("selector") or {}).get("matchLabels", {}).items())) or None)
-               for r in source["spec"]["resources"]}
+               for r in resources}
+    assert len(watched) == len(resources)  # each kind in one source only
     assert watched == {(s.group, s.plural, s.label_selector) for s in watcher_resources()
                        if not s.optional}
     need = {Access(g, p, v) for g, p, _ in watched for v in ("get", "list", "watch")}
-    assert granted(objs, source["spec"]["serviceAccountName"], NAMESPACE) == need
-    triggered = {(f["exact"]["apiversion"], f["exact"]["kind"])
-                 for t in objs if t["kind"] == "Trigger"
-                 for f in t["spec"].get("filters") or [] if "kind" in f.get("exact", {})}
-    assert triggered == {(r["apiVersion"], r["kind"]) for r in source["spec"]["resources"]}
+    for source in (o for o in objs if o["kind"] == "ApiServerSource"):
+        assert granted(objs, source["spec"]["serviceAccountName"], NAMESPACE) == need
+    exacts = [{k: v for f in t["spec"].get("filters") or [] for k, v in f.get("exact", {}).items()}
+              for t in objs if t["kind"] == "Trigger"]
+    triggered = {(e["apiversion"], e["kind"]) for e in exacts if "kind" in e}
+    assert triggered == {(r["apiVersion"], r["kind"]) for r in resources}
+
+
+def test_secrets_cross_the_broker_by_name_only() -> None:
+    """A Secret's data must not travel through the Broker (its channel may be Kafka topics,
+    its dead-letter sink logs whole events): Secrets have a Reference-mode source of their
+    own, and every other source sends full objects (the router's cache catch-up uses their
+    resourceVersion)."""
+    objs = render("knative")
+    modes = {(r["apiVersion"], r["kind"]): o["spec"]["mode"]
+             for o in objs if o["kind"] == "ApiServerSource" for r in o["spec"]["resources"]}
+    assert modes.pop(("v1", "Secret")) == "Reference"
+    assert set(modes.values()) == {"Resource"}
+
+
+def source_resources(objs: list[dict]) -> list[dict]:
+    """The resources of every ApiServerSource."""
+    return [r for o in objs if o["kind"] == "ApiServerSource" for r in o["spec"]["resources"]]
 
 
 def test_a_kind_a_handler_listens_to_is_watched_in_both_install_modes() -> None:
@@ -277,8 +295,7 @@ def test_a_kind_a_handler_listens_to_is_watched_in_both_install_modes() -> None:
     resources (deploy/) and the ApiServerSource (knative/) both cover it."""
     registry = builtin_registry()
     default = {(k.api_version, k.kind) for k in registry.watched_kinds()}
-    source = find(render("knative"), "ApiServerSource", "eventop")
-    knative = {(r["apiVersion"], r["kind"]) for r in source["spec"]["resources"]}
+    knative = {(r["apiVersion"], r["kind"]) for r in source_resources(render("knative"))}
     optional = {(k.api_version, k.kind) for k in registry.watched_kinds() if k.optional}
     table = plurals()
     derived = {table[k] for k in default}

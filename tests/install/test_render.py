@@ -27,6 +27,7 @@ EXPECTED = {
                ("ClusterRole", "eventop-router"), ("ClusterRole", "eventop-watcher")},
     "knative": {("Namespace", "eventop-system"), ("Service", "eventop-router"),
                 ("Broker", "eventop"), ("ApiServerSource", "eventop"),
+                ("ApiServerSource", "eventop-secrets"),
                 ("PingSource", "eventop-rates-refresh"), ("Trigger", "eventop-rates-refresh"),
                 ("ServiceAccount", "eventop-router"), ("ClusterRole", "eventop-router"),
                 ("ServiceAccount", "eventop-apiserversource"),

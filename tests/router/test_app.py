@@ -105,6 +105,30 @@ def test_event_without_a_matching_handler_is_acknowledged_as_ignored(
 
 
 
+@pytest.mark.parametrize("knative", [{"Prefer": "reply"},
+                                     {"ce-knativearrivaltime": "2026-11-29T13:00:00Z"}],
+                         ids=["prefer-reply", "broker-arrival-time"])
+def test_a_knative_delivery_gets_2xx_answers_without_a_body_and_errors_with_one(
+        client: FlaskClient, recorder: Recorder, knative: dict[str, str]) -> None:
+    """A Knative Broker reads a 2xx answer's body as the reply event: one that is not a
+    CloudEvent turns the delivery into a 502, retried and then dead-lettered, for every
+    event the router handled or ignored."""
+    headers, body = binary(kube_event("update", configmap("settings", "default")))
+    handled = client.post("/", headers={**headers, **knative}, data=body)
+    assert (handled.status_code, handled.data) == (200, b"")
+    assert recorder.handlers() == ["configmaps"]
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {
+        "name": "regcred", "namespace": "default", "uid": "s", "resourceVersion": "1"}}
+    headers, body = binary(kube_event("add", secret))
+    ignored = client.post("/", headers={**headers, **knative}, data=body)
+    assert (ignored.status_code, ignored.data) == (202, b"")
+    headers, body = binary(cloudevent("test.fail", {"a": 1}, id_="boom-2"))
+    failed = client.post("/", headers={**headers, **knative}, data=body)
+    assert failed.status_code == 500 and "the handler broke" in failed.get_json()["error"]
+    plain = post(client, binary(kube_event("update", configmap("settings", "default"))))
+    assert plain.status_code == 200 and plain.get_json()["outcome"] == "ok"
+
+
 def test_ignored_event_needs_no_kubernetes_api(recorder: Recorder,
                                                monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Any) -> None:

@@ -16,7 +16,7 @@ collector removes them (and ``--cascade=orphan`` keeps them, as the user asked).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
@@ -81,8 +81,10 @@ def copies(rule: Obj, reads: Reads) -> Desired:
                               recreate=have is not None and needs_recreate(have, want),
                               reason=f"from {want['metadata']['annotations'][SOURCE_ANNOTATION]}"))
     found = len({(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sources})
-    missing = _missing_namespaces(rule, {n["metadata"]["name"] for n in targets})
-    return Desired(children, status=lambda outcome: rule_status(rule, found, outcome, missing),
+    notes = _spec_notes(rule, {n["metadata"]["name"] for n in targets})
+    return Desired(children, status=lambda outcome: rule_status(
+                       rule, found, outcome, notes,
+                       rival=lambda slot: _rival(kind, slot, rule, reads)),
                    events=lambda outcome: _notes(rule, kind, outcome, reads))
 
 
@@ -154,18 +156,32 @@ def invalid_status(rule: Obj, message: str) -> Obj:
     return status
 
 
-def _missing_namespaces(rule: Obj, existing: set[str]) -> list[str]:
-    """The namespaces the rule names (sources, then targets) that do not exist: a typo
-    otherwise reads as a rule in sync with nothing to copy."""
+def _spec_notes(rule: Obj, existing: set[str]) -> list[str]:
+    """What in the spec copies nothing, said in the status whatever else it says: the
+    namespaces it names (sources, then targets) that do not exist (not an error: they may be
+    created later, but a typo otherwise reads as a rule in sync with nothing to copy), and
+    target names that are source namespaces (no copy goes into a source namespace)."""
     spec = rule.get("spec") or {}
-    named = [*source_namespaces(rule), *((spec.get("targetNamespaces") or {}).get("names") or [])]
-    return sorted({str(n) for n in named} - existing)
+    sources = source_namespaces(rule)
+    named_targets = [str(n) for n in (spec.get("targetNamespaces") or {}).get("names") or []]
+    notes = []
+    missing = sorted({str(n) for n in [*sources, *named_targets]} - existing)
+    if missing:
+        notes.append(f"namespace(s) named in the spec do not exist: {', '.join(missing)}")
+    publishing = [n for n in named_targets if n in sources]
+    if publishing:
+        notes.append(f"targetNamespaces.names names the source namespace(s) "
+                     f"{', '.join(publishing)}: no copy goes into a source namespace")
+    return notes
 
 
-def rule_status(rule: Obj, sources: int, outcome: Outcome, missing: Sequence[str] = ()) -> Obj:
+def rule_status(rule: Obj, sources: int, outcome: Outcome, notes: Sequence[str] = (),
+                rival: Callable[[str], str | None] = lambda slot: None) -> Obj:
     """Counts of what is in place now, the conflicts (objects at a copy's name that the rule
-    does not manage) and the writes the API server refused; namespaces the rule names that
-    do not exist are named in the message (not an error: they may be created later)."""
+    does not manage) and the writes the API server refused; ``notes`` on the spec
+    (:func:`_spec_notes`) end the message whatever it says. ``rival`` names the other
+    CopyRule whose copy holds a slot, if one does: the way out differs (narrow a rule, not
+    delete its copy, which that rule would make again)."""
     old = dict(rule.get("status") or {})
     conflicts = sorted(str(c) for c in outcome.conflicts)
     errors = [str(e) for e in outcome.refused]  # (a lost race mends itself: not counted)
@@ -181,26 +197,59 @@ def rule_status(rule: Obj, sources: int, outcome: Outcome, missing: Sequence[str
         ready = (False, "Errors", f"{len(errors)} copies could not be written; last: "
                  f"{errors[-1][:300]}")
     elif conflicts:
-        ready = (False, "Conflicts", f"{len(conflicts)} target objects exist and are not managed "
-                 f"by this rule (left unchanged): {', '.join(conflicts[:5])}"
-                 f"{' ...' if len(conflicts) > 5 else ''}. Delete or rename them to let the "
-                 "rule create its copies.")
+        ready = (False, "Conflicts", _conflicts_message(conflicts, rival))
+    elif sources == 0:
+        ready = (True, "Synced", f"no source: no {rule_kind(rule)} in "
+                 f"{', '.join(source_namespaces(rule))} matches the selector, so there is "
+                 "nothing to copy")
     else:
-        ready = (True, "Synced", f"{copies} copies of {sources} sources in sync"
-                 + (f"; namespace(s) named in the spec do not exist: {', '.join(missing)}"
-                    if missing else ""))
+        ready = (True, "Synced", f"{copies} copies of {sources} sources in sync")
+    message = "; ".join([ready[2].rstrip("."), *notes]) if notes else ready[2]
     status["conditions"] = set_condition(old.get("conditions"), "Ready", ready[0], ready[1],
-                                         ready[2], now_rfc3339(), generation)
+                                         message, now_rfc3339(), generation)
     return status
 
 
-def _conflict_message(kind: str, slot: str, rule: str, reads: Reads) -> str:
-    """What is at the copy's name, and the way out: another rule's copy is not to be
-    deleted (its rule would make it again, the two taking turns), but one rule narrowed."""
+def _conflicts_message(conflicts: list[str], rival: Callable[[str], str | None]) -> str:
+    """The Conflicts condition's message: unmanaged objects are the user's to delete or
+    rename; another rule's copies are not (it would make them again): a rule is narrowed."""
+    rivals = {slot: rival(slot) for slot in conflicts}
+    foreign = [slot for slot, other in rivals.items() if other is None]
+    taken = [slot for slot, other in rivals.items() if other is not None]
+    parts = []
+    if foreign:
+        parts.append(f"{len(foreign)} target objects exist and are not managed by this rule "
+                     f"(left unchanged): {_first(foreign)}. Delete or rename them to let the "
+                     "rule create its copies")
+    if taken:
+        others = sorted({str(rivals[slot]) for slot in taken})
+        parts.append(f"{len(taken)} target objects are copies made by CopyRule "
+                     f"{', '.join(others)}, which copies a source of the same name there "
+                     f"(left unchanged): {_first(taken)}. Narrow one of the rules (its "
+                     "selector or targetNamespaces) so that only one copies each")
+    return "; ".join(parts) + "."
+
+
+def _first(slots: list[str]) -> str:
+    return ", ".join(slots[:5]) + (" ..." if len(slots) > 5 else "")
+
+
+def _rival(kind: str, slot: str, rule: Obj, reads: Reads) -> str | None:
+    """The other CopyRule whose copy is at ``slot``, if it is one."""
     namespace, _, name = slot.rpartition("/")
     there = reads.get(("v1", kind), name, namespace or None)
     other = (((there or {}).get("metadata") or {}).get("labels") or {}).get(RULE_LABEL)
-    if there is not None and is_copy(there) and other and other != label_value(rule):
+    if there is not None and is_copy(there) and other \
+            and other != label_value(rule["metadata"]["name"]):
+        return str(other)
+    return None
+
+
+def _conflict_message(kind: str, slot: str, rule: str, reads: Reads, rule_obj: Obj) -> str:
+    """What is at the copy's name, and the way out: another rule's copy is not to be
+    deleted (its rule would make it again, the two taking turns), but one rule narrowed."""
+    other = _rival(kind, slot, rule_obj, reads)
+    if other is not None:
         return (f"{kind} {slot} is a copy made by CopyRule {other}, which copies a source of "
                 f"that name there too: left unchanged. Narrow one of the two rules (its "
                 "selector or targetNamespaces) so that only one copies it there.")
@@ -214,10 +263,19 @@ def _notes(rule: Obj, kind: str, outcome: Outcome, reads: Reads) -> Iterable[Not
     known = set((rule.get("status") or {}).get("conflictList") or [])
     newly = sorted({str(c) for c in outcome.conflicts} - known)
     name = rule["metadata"]["name"]
-    notes = [Note("Warning", "CopyConflict", _conflict_message(kind, slot, name, reads))
+    notes = [Note("Warning", "CopyConflict", _conflict_message(kind, slot, name, reads, rule))
              for slot in newly[:MAX_WARNING_EVENTS]]
     if len(newly) > MAX_WARNING_EVENTS:
         notes.append(Note("Warning", "CopyConflict",
                           f"{len(newly) - MAX_WARNING_EVENTS} more {kind}s exist at target "
                           "names and are not managed by this rule; see status.conflictList."))
+    if outcome.deleted:
+        # Deleting a source, unlabelling it or narrowing the targets removes copies from
+        # every namespace at once: a Pod starting there meanwhile misses its pull Secret.
+        gone = sorted(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}"
+                      for o in outcome.deleted)
+        notes.append(Note("Normal", "CopiesDeleted",
+                          f"deleted {len(gone)} {kind}(s) no longer wanted (their source is "
+                          "gone or no longer selected, or their namespace is no longer a "
+                          f"target): {_first(gone)}"))
     return notes

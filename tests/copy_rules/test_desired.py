@@ -371,3 +371,66 @@ def test_a_namespace_created_runs_the_rules_that_read_sources_there() -> None:
 
     mapped = rules_of_namespace(ns("shared"), Rules())  # type: ignore[arg-type]
     assert [r["metadata"]["name"] for r in mapped] == ["reader"]
+
+
+def ready_of(world: World, name: str) -> Obj:
+    status = world.get("eventop.dev/v1/CopyRule", name)["status"]
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    return ready
+
+
+def test_ready_says_to_narrow_a_rule_when_the_slot_is_another_rules_copy() -> None:
+    """The Warning said to narrow a rule, the condition to delete the copy: deleting it
+    only handed the slot to the other rule, and this one stayed not Ready (a user's trial)."""
+    first, second = rule("first", uid="first-uid"), rule("second", uid="second-uid")
+    world = World([first, second, ns("default"), ns("team-a"), cm("registry-config"),
+                   ns("team-b"), cm("registry-config", namespace="team-b", labels={})])
+    world.reconcile(rules, "first")
+    world.reconcile(rules, "second")
+    ready = ready_of(world, "second")
+    assert (ready["status"], ready["reason"]) == ("False", "Conflicts")
+    assert ready["message"] == (
+        "1 target objects exist and are not managed by this rule (left unchanged): "
+        "team-b/registry-config. Delete or rename them to let the rule create its copies; "
+        "1 target objects are copies made by CopyRule first, which copies a source of the "
+        "same name there (left unchanged): team-a/registry-config. Narrow one of the rules "
+        "(its selector or targetNamespaces) so that only one copies each.")
+
+
+def test_what_in_the_spec_copies_nothing_is_said_whatever_else_ready_says() -> None:
+    """A namespace named that does not exist was said only while the rule was in sync (a
+    conflict's message hid it); a target name that is a source namespace, never."""
+    spec_targets = {"names": ["default", "ghost-ns", "team-a"]}
+    world = World([rule(targets=spec_targets), ns("default"), ns("team-a"),
+                   cm("registry-config"), cm("registry-config", namespace="team-a", labels={})])
+    world.reconcile(rules, "main-rule")
+    message = ready_of(world, "main-rule")["message"]
+    assert message.startswith("1 target objects exist and are not managed by this rule")
+    assert message.endswith(
+        "; namespace(s) named in the spec do not exist: ghost-ns; targetNamespaces.names "
+        "names the source namespace(s) default: no copy goes into a source namespace")
+
+
+def test_a_rule_with_no_source_says_what_it_looks_for() -> None:
+    world = World([rule(namespaces=("platform",)), ns("platform"), ns("team-a")])
+    world.reconcile(rules, "main-rule")
+    ready = ready_of(world, "main-rule")
+    assert (ready["status"], ready["reason"]) == ("True", "Synced")
+    assert ready["message"] == ("no source: no ConfigMap in platform matches the selector, "
+                                "so there is nothing to copy")
+
+
+def test_copies_deleted_because_their_source_went_are_one_normal_event() -> None:
+    """Deleting a source removed its copies from every namespace at once, without a word."""
+    world = World([rule(), ns("default"), ns("team-a"), ns("team-b"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    world.delete("v1/ConfigMap", "registry-config", "default")
+    world.events.clear()
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "team-a") is None
+    [note] = [n for _, n in world.events if n.reason == "CopiesDeleted"]
+    assert note.type == "Normal"
+    assert note.message == (
+        "deleted 2 ConfigMap(s) no longer wanted (their source is gone or no longer selected, "
+        "or their namespace is no longer a target): team-a/registry-config, "
+        "team-b/registry-config")

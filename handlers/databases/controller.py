@@ -38,6 +38,7 @@ from eventop.handlers.registry import Registry
 from eventop.kube import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    is_owned_by,
     is_terminating,
     label_value,
     now_rfc3339,
@@ -103,12 +104,16 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         volumes = [pv for pv in (reads.get("v1/PersistentVolume", name) for name in sorted({
             str(pvc["spec"]["volumeName"]) for pvc in [*data_pvcs, backup_pvc]
             if pvc and (pvc.get("spec") or {}).get("volumeName")})) if pv is not None]
+    # the CronJob's Jobs are owned by the CronJob: found by their labels
+    jobs = reads.list("batch/v1/Job", ns, labels=instance)
+    stale = next((j for j in jobs if j["metadata"]["name"] == names.init_job
+                  and not is_owned_by(j, meta["uid"])), None)
     return Observed(
         now=now or datetime.now(UTC),
         secret=reads.get("v1/Secret", names.secret, ns),
         statefulsets=reads.children("apps/v1/StatefulSet"),
-        # the CronJob's Jobs are owned by the CronJob: found by their labels
-        jobs=reads.list("batch/v1/Job", ns, labels=instance),
+        jobs=[j for j in jobs if j is not stale],
+        stale_init_job=stale,
         cronjob=next(iter(reads.children("batch/v1/CronJob")), None),
         data_pvcs=data_pvcs,
         backup_pvc=backup_pvc,
@@ -119,6 +124,10 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         services=reads.children("v1/Service"),
         neighbours=[other for other in reads.list(f"{API_VERSION}/{KIND}", ns)
                     if other["metadata"]["name"] != meta["name"]],
+        orphaned_servers=[
+            sts for sts in reads.list("apps/v1/StatefulSet", ns, labels=instance)
+            if not is_owned_by(sts, meta["uid"]) and not sts["metadata"].get("deletionTimestamp")]
+        if meta.get("deletionTimestamp") else [],
     )
 
 

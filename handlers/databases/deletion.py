@@ -20,6 +20,12 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
 * ``Snapshot`` without the snapshot API: a final backup Job (``pg_dumpall`` on the running
   image) writes to the backup volume while the server still runs; then as with Delete. A
   failed or timed-out backup (the Job's deadline) is reported the same way.
+* Deleted with ``--cascade=orphan``: the garbage collector takes the ownerReferences off
+  its children first, so its servers are no longer its to stop, and they keep running on
+  its data volumes: a snapshot would be of a live server and deleting the claims would
+  take the volumes from under it. Whatever the policy, such a deletion keeps the data as
+  ``Retain`` does (``Retained``/``ServersOrphaned``, a Warning Event naming the servers);
+  the orphans are the user's, as asked.
 * Its **namespace being deleted**: the namespace controller deletes the volumes' claims
   with everything else, and the API server creates nothing in a terminating namespace: no
   snapshot, no backup Job, not even an Event. What keeps the data is the volumes
@@ -75,9 +81,9 @@ SNAPSHOT_TIMEOUT = 30 * 60
 POLL = 15.0  # seconds between looks while waiting for something no event announces
 
 
-def _how_to_go_on(names: Names) -> str:
-    return ("delete it to try again, or set spec.deletionPolicy to Retain (keeps the data "
-            f"volumes data-{names.base}-pg*) or Delete (deletes them)")
+def _how_to_go_on(names: Names, what: str) -> str:
+    return (f"delete the {what} to try again, or set spec.deletionPolicy to Retain (keeps the "
+            f"data volumes data-{names.base}-pg*) or Delete (deletes them)")
 
 
 def _sentence(text: str) -> str:
@@ -88,6 +94,8 @@ def _sentence(text: str) -> str:
 
 def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     names = Names.of(spec.name)
+    if observed.orphaned_servers and not observed.namespace_terminating:
+        spec = replace(spec, deletion_policy="Retain")  # see the module docstring
     version, image = lifecycle.serving(db, spec, observed)
     facts = Facts(version=str(version), image=image, endpoint=workload.endpoint(spec),
                   secret=names.secret, replicas=spec.replicas,
@@ -151,6 +159,15 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         keeping = _keep_volumes(db, policy, observed)
         if policy != "Delete" or not keeping.finalize:
             return keeping  # (under Delete, once the backup volume is kept: deleted as usual)
+    if policy == "Retain" and observed.orphaned_servers:
+        listed = ", ".join(observe.pvc_names(observed)) or "none"
+        servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers)
+        why = (f"its servers (StatefulSet {servers}) are not its own any more (deleted with "
+               "--cascade=orphan?) and still run on its data volumes: nothing is stopped, "
+               f"snapshotted or deleted; data volumes ({listed}) and Secret {facts.secret} "
+               "kept, as with deletionPolicy Retain")
+        return _Step(("True", "ServersOrphaned", why), finalize=True,
+                     events=[("Warning", "ServersOrphaned", _sentence(why))])
     if policy == "Retain":
         listed = ", ".join(observe.pvc_names(observed)) or "none"
         return _Step(("True", "Retained", f"data volumes kept: {listed}"), finalize=True,
@@ -272,10 +289,12 @@ def _stop_servers(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step | No
         return _Step(("True", "ServersNotStopping",
                       f"the servers ({names}) were asked to stop {int(waited // 60)} minutes "
                       f"ago and pods are left: {pods}. A pod that stays Terminating is held "
-                      "by finalizers or by a node that does not answer (kubectl get pod "
-                      f"{left[0]} -o jsonpath='{{.metadata.finalizers}}'): remove the "
-                      "finalizer, or once sure its server stopped, force-delete the pod "
-                      "(kubectl delete pod --force --grace-period=0). The snapshots wait: "
+                      "by finalizers or by a node that does not answer (kubectl -n "
+                      f"{db['metadata']['namespace']} get pod {left[0]} -o "
+                      "jsonpath='{.metadata.finalizers}'): remove the finalizer, or once "
+                      "sure its server stopped, force-delete the pod (kubectl -n "
+                      f"{db['metadata']['namespace']} delete pod {left[0]} --force "
+                      "--grace-period=0). The snapshots wait: "
                       "a running server must not write while they are taken"),
                      children=scaled)
     return _Step(("True", "StoppingServers",
@@ -328,7 +347,7 @@ def _final_backup(spec: DatabaseSpec, observed: Observed, running: tuple[str, st
         return _Step(("True", "FinalBackupFailed",
                       f"the final backup, Job {names.final_backup_job}, failed "
                       f"({observe.job_failure(found or {})}); the Database stays. "
-                      f"{_sentence(_how_to_go_on(names))}"), children=children,
+                      f"{_sentence(_how_to_go_on(names, 'Job'))}"), children=children,
                      kept=made, requeue_after=None)
     return _Step(("True", "FinalBackup", f"writing a final backup to {names.backup_pvc} "
                                          "(the snapshot API is not served)"),
@@ -346,7 +365,7 @@ def _snapshots(db: Obj, spec: DatabaseSpec, observed: Observed) -> _Step:
         if bad:
             name, detail = bad[0]
             return _Step(("True", reason, f"VolumeSnapshot {name}: {detail}; the Database "
-                                          f"stays: {_how_to_go_on(names)}"),
+                                          f"stays: {_how_to_go_on(names, 'VolumeSnapshot')}"),
                          kept=kept, requeue_after=None)
     ready = sum(1 for s, _ in states.values() if s == "Ready")
     if ready < len(states):

@@ -48,6 +48,13 @@ class Observed:
     services: list[Obj] = field(default_factory=list)
     #: the other Databases of its namespace (their Services' names may be its own)
     neighbours: list[Obj] = field(default_factory=list)
+    #: StatefulSets labelled as its servers that it does not own and that are not being
+    #: deleted: orphaned by ``kubectl delete --cascade=orphan`` (the garbage collector took
+    #: their ownerReference), still running on its data volumes
+    orphaned_servers: list[Obj] = field(default_factory=list)
+    #: a Job at its init Job's name that it does not own (an earlier Database's, orphaned):
+    #: not in ``jobs``, its completion says nothing of this Database
+    stale_init_job: Obj | None = None
 
     def statefulset(self, major: int) -> Obj | None:
         for sts in self.statefulsets:

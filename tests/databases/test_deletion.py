@@ -210,7 +210,7 @@ def test_a_final_backup_that_times_out_is_reported_and_the_database_stays() -> N
     assert deleting["reason"] == "FinalBackupFailed" and "DeadlineExceeded" in deleting["message"]
     # the way out, in the field's and the values' own spelling (not lower-cased)
     assert deleting["message"].endswith(
-        "the Database stays. Delete it to try again, or set spec.deletionPolicy to Retain "
+        "the Database stays. Delete the Job to try again, or set spec.deletionPolicy to Retain "
         "(keeps the data volumes data-orders-pg*) or Delete (deletes them)")
     assert DATA in world.objects and world.names("StatefulSet") == ["orders-pg16"]
     assert "FinalBackupFailed" in reasons(world)
@@ -400,3 +400,41 @@ def test_in_a_namespace_being_deleted_under_delete_an_unseen_backup_volume_is_wa
     assert world.db is None and DATA not in world.objects
     assert world.get("PersistentVolume", "pv-backups")["spec"][
         "persistentVolumeReclaimPolicy"] == "Retain"
+
+
+@pytest.mark.parametrize("policy", ["Snapshot", "Delete"])
+def test_a_database_deleted_with_cascade_orphan_keeps_its_data_as_retain_does(
+        policy: str) -> None:
+    """The garbage collector took the ownerReferences off its children first: its server
+    still ran, and it was snapshotted live and its data volume deleted under it (a user's
+    trial, on a real API server)."""
+    world = created(World(database(deletionPolicy=policy)))
+    orphans = [world.objects.pop(("StatefulSet", n)) for n in world.names("StatefulSet")]
+    world.owned -= {("StatefulSet", o["metadata"]["name"]) for o in orphans}
+    world.orphaned_servers = orphans
+    world.delete()
+    world.reconcile()
+    assert world.db is None
+    assert {DATA, BACKUPS, KEPT_SECRET} <= set(world.objects)
+    assert world.names("VolumeSnapshot") == []
+    [(kind, _, message)] = [e for e in world.events if e[1] == "ServersOrphaned"]
+    assert kind == "Warning"
+    assert message.startswith("Its servers (StatefulSet orders-pg16) are not its own any more")
+    assert "data-orders-pg16-0" in message and "orders-credentials" in message
+
+
+def test_a_new_database_does_not_take_an_orphaned_init_job_for_its_own() -> None:
+    """Created again after a --cascade=orphan deletion, a Database read the old, Complete
+    init Job as its own initialization: Initialized=True on an empty volume."""
+    world = World(database())
+    world.stale_init_job = {"apiVersion": "batch/v1", "kind": "Job",
+                            "metadata": {"name": "orders-init", "namespace": "shop"},
+                            "status": {"succeeded": 1, "conditions": [
+                                {"type": "Complete", "status": "True"}]}}
+    world.converge()
+    for name in world.names("StatefulSet"):
+        world.statefulset_ready(name)
+    world.converge()
+    initialized = world.condition("Initialized")
+    assert (initialized["status"], initialized["reason"]) == ("False", "InitJobNotOurs")
+    assert "delete it to let this Database's own init Job run" in initialized["message"]

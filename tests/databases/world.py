@@ -72,6 +72,9 @@ class World:
         self.counter = itertools.count(1)
         self.generated: list[str] = []
         self.last: Plan | None = None
+        #: what ``kubectl delete --cascade=orphan`` leaves: its StatefulSets no longer owned
+        self.orphaned_servers: list[Obj] = []
+        self.stale_init_job: Obj | None = None  # an earlier Database's, orphaned
 
     # -- the engine's part -------------------------------------------------------------
 
@@ -97,7 +100,9 @@ class World:
             snapshots=kind("VolumeSnapshot") if self.snapshot_api else None,
             volumes=bound_volumes(kind("PersistentVolume"), "shop", Names.of(name)),
             namespace_terminating=self.terminating,
-            neighbours=copy.deepcopy(self.neighbours))
+            neighbours=copy.deepcopy(self.neighbours),
+            orphaned_servers=copy.deepcopy(self.orphaned_servers),
+            stale_init_job=copy.deepcopy(self.stale_init_job))
 
     def reconcile(self) -> Plan:
         assert self.db is not None, "the Database is gone"

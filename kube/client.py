@@ -481,9 +481,16 @@ class Kube:
                 (stored.get("metadata") or {}).get("resourceVersion"))))
         except errors.KubeError as exc:
             # An Event about an object in a namespace being deleted can not be recorded, and
-            # nobody would read it: not worth a warning per object (a trial's namespace of
-            # mirrors logged eight).
+            # nobody would read it: a Normal one is not worth a warning per object (a trial's
+            # namespace of mirrors logged eight). A Warning one is what the user must learn
+            # (a Database's NamespaceDeleted says where its data was kept): the log is the
+            # only place left for it.
             terminating = exc.status == 403 and "being terminated" in str(exc.message)
+            if terminating and event_type == "Warning":
+                log.warning("%s %s/%s: %s (its namespace is being deleted, so this Warning "
+                            "Event can not be recorded there)", reason, ns, meta.get("name"),
+                            message)
+                return
             log.log(logging.DEBUG if terminating else logging.WARNING,
                     "could not record Event %s/%s (%s): %s", reason, meta.get("name"),
                     message, exc)

@@ -306,16 +306,22 @@ def test_every_request_is_counted_under_the_field_manager_of_the_handler_that_ma
     assert count("eventop-tenants") == before + 1
 
 
-def test_an_event_into_a_namespace_being_deleted_is_no_warning(
+def test_a_normal_event_into_a_namespace_being_deleted_is_no_warning_a_warning_one_is_logged(
         kube: Kube, local_kube, caplog: pytest.LogCaptureFixture) -> None:
     """Nobody reads it, and the API server refuses it: a namespace of mirrors being deleted
-    logged one warning per object."""
+    logged one warning per object. A Warning Event (a Database's NamespaceDeleted, saying
+    where its data was kept) is logged instead: the README sends the user to the log."""
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}})
     held = local_kube.put({"apiVersion": "v1", "kind": "ConfigMap",
                            "metadata": {"name": "held", "namespace": "doomed",
                                         "finalizers": ["example.com/hold"]}})
     local_kube.remove("v1", "Namespace", "doomed")
     with caplog.at_level(logging.DEBUG, logger="eventop.kube"):
-        kube.post_event(held, "Warning", "Testing", "too late")
+        kube.post_event(held, "Normal", "Testing", "too late")
+        kube.post_event(held, "Warning", "NamespaceDeleted", "the data stays on pv-1")
     [record] = [r for r in caplog.records if "could not record Event" in r.getMessage()]
     assert record.levelno == logging.DEBUG and "being terminated" in record.getMessage()
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (
+        "NamespaceDeleted doomed/held: the data stays on pv-1 (its namespace is being deleted, "
+        "so this Warning Event can not be recorded there)")

@@ -237,8 +237,12 @@ class Registry:
     def dispatch(self, event: Event, kube: Kube) -> list[Outcome]:
         """Run every matching event function once, each with a ``kube`` writing under its
         own field manager; exceptions are captured in the outcomes, not raised."""
+        return self.run(self.matching(event), event, kube)
+
+    def run(self, matched: list[Registration], event: Event, kube: Kube) -> list[Outcome]:
+        """:meth:`dispatch` of the registrations :meth:`matching` returned for ``event``."""
         outcomes = []
-        for reg in self.matching(event):
+        for reg in matched:
             start = time.perf_counter()
             try:
                 detail = reg.fn(event, _for_manager(kube, reg.field_manager))

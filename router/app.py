@@ -324,8 +324,10 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
                 "error": f"Kubernetes API not available, handlers {', '.join(names)} not run: "
                          f"{exc}"}, names, logging.ERROR, str(exc))
         try:
-            validate(engines, event)  # a 400 must have run no handler
-            outcomes = registry.dispatch(event, kube_access)
+            matched = registry.matching(event)
+            if matched:
+                validate(engines, event)  # a 400 must have run no event function
+            outcomes = registry.run(matched, event, kube_access)
             outcomes += controller_outcomes(engines, event)
         except InvalidEvent as bad:  # the sender's mistake: sending it again would not help
             return reject(400, "invalid", f"event {event.id}: {bad}", {"id": event.id}, start)

@@ -278,7 +278,7 @@ def test_no_kubernetes_configured_is_503_when_a_handler_needs_the_api(
 def test_unexpected_router_error_is_a_json_500_and_the_app_keeps_serving(
         fake_kube: FakeKube) -> None:
     class BrokenRegistry(Registry):
-        def dispatch(self, event: Event, kube: Any) -> list[Any]:
+        def run(self, matched: Any, event: Event, kube: Any) -> list[Any]:
             raise RuntimeError("registry exploded")
 
     registry = BrokenRegistry()

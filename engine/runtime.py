@@ -446,9 +446,12 @@ class Engine:
                 delay = self.queue.retry(item, cap=retry_cap([exc]))
                 RUNS.labels(name, "error").inc()
                 expected = isinstance(exc, errors.KubeError | LookupError | ValueError)
-                log.error("%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
-                          type(exc).__name__, exc, exc_info=not expected,
-                          extra={"fields": {"handler": name, "key": str(key)}})
+                # A cache catching up (a CRD being installed, a watch resuming) is a wait,
+                # not a failure: a warning, as the router logs it for an event.
+                log.log(logging.WARNING if isinstance(exc, CacheBehind) else logging.ERROR,
+                        "%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
+                        type(exc).__name__, exc, exc_info=not expected,
+                        extra={"fields": {"handler": name, "key": str(key)}})
                 result = Result(item, False, f"{type(exc).__name__}: {exc}", exc,
                                 time.perf_counter() - start)
             if before is not None:
@@ -480,6 +483,12 @@ class Engine:
         ``end`` is set by the caller when this one has; ``released`` gets True once this
         run's writes are sent and the next run of the key may start."""
         state, kinds = self._synced_state(ctl)
+        if state == "missing" and str(ctl.parent) in kinds:
+            # Its CRD was deleted, and every parent with it: nothing to run, nor to retry
+            # (ERRORs every few minutes, for good). Installed again, its list brings them
+            # back, and with them their runs.
+            return _Ran(f"{key}: {ctl.parent} is not served (its CustomResourceDefinition "
+                        "was deleted?): nothing to run until it is")
         if state != "ready":
             raise CacheBehind(f"{ctl.name}: {state} {', '.join(kinds)}")
         store = self._store(*ctl.parent.key)

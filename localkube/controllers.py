@@ -192,6 +192,7 @@ class Controllers(_Base):
                 for rec in list(by_name.values()):
                     self._drop(res, rec)
             self._schemas.pop(res.key, None)
+        self.changed.notify_all()  # its watches end (localkube.watch), objects or none
 
     def _publish_root_ca(self, ns: str) -> None:
         namespace = self._namespace(ns)

@@ -128,6 +128,10 @@ class WatchStream:
                 now = time.monotonic()
                 if kube.stopping or kube.watch_epoch != epoch:
                     return Next.ABORT, []
+                if store.table.by_kind(self.res.api_version, self.res.kind) is not self.res:
+                    # Its CRD was deleted: the real server stops serving the resource and
+                    # ends its watches (the client's next list is a 404).
+                    return Next.TIMEOUT, []
                 if kube.hung:  # silent: no events, no bookmarks, no timeout end
                     store.changed.wait(1.0)
                     continue

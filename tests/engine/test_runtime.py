@@ -863,3 +863,36 @@ def test_the_first_event_of_a_parent_kind_installed_late_makes_the_cache_serve_i
         assert "nightly" in seen
     finally:
         eng.stop()
+
+
+def test_a_run_of_a_parent_whose_crd_was_deleted_ends_quietly_instead_of_retrying(
+        local_kube: Any, kube: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Its CRD deleted, every parent goes with it: a run still queued logged an ERROR and
+    was retried for good (0.3 s ... 108 s, a user's trial), until the CRD came back."""
+    import logging
+
+    import yaml
+
+    from tests.kube.test_informer import SNAPSHOTS
+
+    ctl = Controller("snapshots", parent="snapshot.storage.k8s.io/v1/VolumeSnapshot",
+                     registry=Registry(), module="tests.engine")
+    ctl.reconcile(lambda parent, reads: Desired(status=None))
+    local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    crd = local_kube.put(yaml.safe_load(SNAPSHOTS.read_text()))
+    eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=1.0)).start()
+    try:
+        informer = eng.cache.informer("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+        assert informer is not None and wait_until(lambda: informer.synced, 10)
+        local_kube.remove(crd["apiVersion"], crd["kind"], crd["metadata"]["name"])
+        assert wait_until(lambda: informer.missing, 15)
+        ticket = Ticket()
+        with caplog.at_level(logging.WARNING, logger="eventop.engine"):
+            eng._add(ctl, Key(NS, "nightly"), ticket)
+            ticket.seal()
+            assert ticket.wait(10)
+        [result] = ticket.results.values()
+        assert result.ok and "is not served" in result.detail
+        assert [r for r in caplog.records if "failed, retried" in r.getMessage()] == []
+    finally:
+        eng.stop()

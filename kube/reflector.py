@@ -61,6 +61,10 @@ API_ERRORS = Counter("eventop_watcher_api_errors_total",
                      "List/watch failures that were retried with backoff", ["resource"])
 
 
+
+#: How often a resource that stopped being served (its CRD deleted) is looked up again.
+GONE_POLL = 10.0
+
 class Expired(Exception):
     """The API server no longer has the history the watch asked for (410): list again."""
 
@@ -242,6 +246,7 @@ class Reflector:
         """The forever loop: never returns until stopped, whatever the API server does."""
         mode: str | None = "list"
         failures = expired_streak = errors = 0
+        gone = False  # served once, not served now: looked up again quietly
         while not self.stop.is_set():
             try:
                 if self._watched is None:
@@ -250,6 +255,10 @@ class Reflector:
                 if mode is not None:
                     self.rv = self._list(mode)
                     mode = None
+                    if gone:
+                        gone = False
+                        self.log.info("%s: served again; listed", self.name,
+                                      extra={"fields": {"resource": self.name}})
                     self.synced.set()
                     if self.settings.resync_seconds > 0:
                         self._next_resync = time.monotonic() + self.settings.resync_seconds
@@ -277,14 +286,21 @@ class Reflector:
                     self.stop.wait(self.settings.backoff.delay(expired_streak - 2))
             except Exception as exc:
                 if (isinstance(exc, KubeError) and exc.status == 404
-                        and self._resolve is not None and self.synced.is_set()):
+                        and self._resolve is not None and (self.synced.is_set() or gone)):
                     # Served until now, gone now (its CRD deleted): not synced any more, so
                     # readers see it is not served (an optional kind's handler takes its other
-                    # way), and it is looked up again, quietly, until it is served again.
-                    self.log.warning("%s: not served by the API server any more (%s); "
-                                     "waiting until it is", self.name,
-                                     describe(exc, self.kube, self.hint),
-                                     extra={"fields": {"resource": self.name}})
+                    # way), and it is looked up again, quietly, until it is served again
+                    # (each 404 after the first at debug: ERRORs at every doubling of the
+                    # backoff read as an outage).
+                    if gone:
+                        self.log.debug("%s: still not served: %s", self.name, exc)
+                        self.stop.wait(GONE_POLL)
+                    else:
+                        self.log.warning("%s: not served by the API server any more (%s); "
+                                         "waiting until it is, looking every %.0fs",
+                                         self.name, describe(exc, self.kube, self.hint),
+                                         GONE_POLL, extra={"fields": {"resource": self.name}})
+                    gone = True
                     self.synced.clear()
                     self._watched = None
                     mode = "list"

@@ -251,6 +251,27 @@ def test_an_optional_resource_not_served_is_one_warning_and_no_error(
     assert not w.loops[0].synced.is_set()
 
 
+def test_a_resource_whose_crd_is_deleted_is_one_warning_and_no_error_until_it_is_back(
+        local_kube, sink, start_watcher, caplog):
+    """After its "waiting until it is", each later 404 was an ERROR at every doubling of
+    the backoff (a user's trial, CRDs deleted with the watcher running)."""
+    import yaml
+
+    from tests.kube.test_informer import SNAPSHOTS
+
+    crd = local_kube.put(yaml.safe_load(SNAPSHOTS.read_text()))
+    snapshots = ResourceSpec("snapshot.storage.k8s.io", "v1", "volumesnapshots")
+    w = start_watcher(specs=[snapshots])
+    assert wait_until(lambda: w.loops[0].synced.is_set(), 10)
+    with caplog.at_level(logging.INFO, "eventop"):
+        local_kube.remove(crd["apiVersion"], crd["kind"], crd["metadata"]["name"])
+        assert wait_until(lambda: not w.loops[0].synced.is_set(), 10)
+        time.sleep(1.5)  # several backoff periods of the test's watcher
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "not served by the API server any more" in warning.getMessage()
+
+
 def test_an_api_server_down_for_long_is_a_few_error_lines_not_one_per_attempt(
         start_watcher, caplog):
     def attempts() -> list[logging.LogRecord]:

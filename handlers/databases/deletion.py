@@ -24,7 +24,9 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
   its children first, so its servers are no longer its to stop, and they keep running on
   its data volumes: a snapshot would be of a live server and deleting the claims would
   take the volumes from under it. Whatever the policy, such a deletion keeps the data as
-  ``Retain`` does (``Retained``/``ServersOrphaned``, a Warning Event naming the servers);
+  ``Retain`` does (``Deleting``: ``Orphaning`` while the garbage collector's ``orphan``
+  finalizer is there, nothing touched, then ``ServersOrphaned``, a Warning Event naming the
+  servers);
   the orphans are the user's, as asked.
 * Its **namespace being deleted**: the namespace controller deletes the volumes' claims
   with everything else, and the API server creates nothing in a terminating namespace: no
@@ -92,9 +94,22 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+#: The garbage collector's finalizer of a deletion with ``propagationPolicy: Orphan``.
+ORPHAN_FINALIZER = "orphan"
+
+
+def orphaning(db: Obj, observed: Observed) -> bool:
+    """Deleted with ``--cascade=orphan``: the garbage collector's finalizer still there, or
+    its work done (servers it no longer owns)."""
+    if observed.namespace_terminating:
+        return False
+    finalizers = (db.get("metadata") or {}).get("finalizers") or []
+    return ORPHAN_FINALIZER in finalizers or bool(observed.orphaned_servers)
+
+
 def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     names = Names.of(spec.name)
-    if observed.orphaned_servers and not observed.namespace_terminating:
+    if orphaning(db, observed):
         spec = replace(spec, deletion_policy="Retain")  # see the module docstring
     version, image = lifecycle.serving(db, spec, observed)
     facts = Facts(version=str(version), image=image, endpoint=workload.endpoint(spec),
@@ -120,7 +135,8 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
             kept.append(_kept_secret(spec, observed.secret))
         elif step.finalize:
             deletions = [*deletions, observed.secret]
-    return Plan(children=step.children, status=new, kept=kept, deletions=deletions,
+    return Plan(children=None if step.leave_children else step.children, status=new,
+                kept=kept, deletions=deletions,
                 patches=sorted(patches.values(), key=lambda p: p["metadata"]["name"]),
                 events=events + step.events, finalize=step.finalize,
                 requeue_after=None if step.finalize else step.requeue_after)
@@ -131,8 +147,10 @@ class _Step:
                  kept: list[Obj] | None = None, deletions: list[Obj] | None = None,
                  patches: list[Obj] | None = None, finalize: bool = False,
                  events: list[Event] | None = None, releasing: bool = False,
-                 requeue_after: float | None = POLL) -> None:
+                 requeue_after: float | None = POLL, leave_children: bool = False) -> None:
         self.condition = condition
+        #: the children are left exactly as they are: none applied, none pruned
+        self.leave_children = leave_children
         self.children = children or []
         self.kept = kept or []
         self.deletions = deletions or []
@@ -159,6 +177,12 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         keeping = _keep_volumes(db, policy, observed)
         if policy != "Delete" or not keeping.finalize:
             return keeping  # (under Delete, once the backup volume is kept: deleted as usual)
+    if ORPHAN_FINALIZER in (db["metadata"].get("finalizers") or []):
+        # Until the garbage collector has taken the ownerReferences off, the children still
+        # look like its own: a step now would stop (and delete) the servers it orphans.
+        return _Step(("True", "Orphaning", "deleted with --cascade=orphan: waiting for the "
+                      "garbage collector to orphan its children; nothing is stopped, "
+                      "snapshotted or deleted"), leave_children=True)
     if policy == "Retain" and observed.orphaned_servers:
         listed = ", ".join(observe.pvc_names(observed)) or "none"
         servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers)

@@ -392,3 +392,29 @@ def delete_deleting_the_data(life: Life) -> None:
     life.gone("v1/Secret", life.names.secret)
     owned_gone(life)
     kept(life)
+
+
+def delete_orphaning(life: Life) -> None:
+    """``kubectl delete --cascade=orphan`` under the Snapshot policy: the garbage collector
+    takes the ownerReferences off the children first, so the server is no longer the
+    Database's and still runs on its data volume. Nothing is stopped, snapshotted or deleted:
+    the data is kept as under Retain, and the orphans stay. Created again, the Database does
+    not take the orphaned, Complete init Job for its own."""
+    volumes = life.wait("its data volume", lambda: data_volumes(life))
+    server = life.names.statefulset(16)
+    life.cluster.kube.delete("eventop.dev/v1", "Database", life.name, life.namespace,
+                             propagation="Orphan")
+    life.gone(DB, life.name)
+    sts = life.object("apps/v1/StatefulSet", server)
+    assert sts["spec"]["replicas"] == 1 and not sts["metadata"].get("ownerReferences")
+    assert data_volumes(life) == volumes
+    life.object("v1/Secret", life.names.secret)
+    if not life.cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]):
+        assert not life.cluster.list(f"{SNAPSHOTS}/VolumeSnapshot", life.namespace)
+    [event] = [e for e in life.cluster.list("v1/Event", life.namespace)
+               if e["reason"] == "ServersOrphaned"]
+    assert event["type"] == "Warning" and server in event["message"]
+    life.create(**life.spec)
+    status = life.status("Initialized not taken from the orphaned Job", lambda s: condition(
+        s, "Initialized")["reason"] == "InitJobNotOurs")
+    assert condition(status["status"], "Initialized")["status"] == "False"

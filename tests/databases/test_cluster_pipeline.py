@@ -132,6 +132,14 @@ def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
     lives.delete_deleting_the_data(scratch)
 
 
+def test_a_database_deleted_with_cascade_orphan_keeps_its_running_server_and_its_data(
+        cluster: RealCluster, with_snapshot_api: tuple[Pipeline, str]) -> None:
+    _pipe, ns = with_snapshot_api
+    life = orders_life(cluster, ns)
+    lives.serve(life, version="16.10", replicas=1)
+    lives.delete_orphaning(life)
+
+
 def test_without_the_snapshot_api_the_router_is_ready_and_deletion_takes_a_final_backup(
         cluster: RealCluster, without_snapshot_api: tuple[Pipeline, str]) -> None:
     pipe, ns = without_snapshot_api

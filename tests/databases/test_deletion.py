@@ -438,3 +438,20 @@ def test_a_new_database_does_not_take_an_orphaned_init_job_for_its_own() -> None
     initialized = world.condition("Initialized")
     assert (initialized["status"], initialized["reason"]) == ("False", "InitJobNotOurs")
     assert "delete it to let this Database's own init Job run" in initialized["message"]
+
+
+def test_while_the_garbage_collector_orphans_its_children_nothing_is_stopped() -> None:
+    """On a real API server the router's first run of an orphaning deletion came before the
+    garbage collector's work: the servers still looked its own, were scaled to zero and
+    deleted."""
+    world = created(World(database(deletionPolicy="Snapshot")))
+    world.db["metadata"]["finalizers"] = ["eventop.dev/database-data", "orphan"]
+    before = {n: world.get("StatefulSet", n)["spec"]["replicas"]
+              for n in world.names("StatefulSet")}
+    world.delete()
+    world.converge()
+    assert world.db is not None
+    assert world.condition("Deleting")["reason"] == "Orphaning"
+    assert {n: world.get("StatefulSet", n)["spec"]["replicas"]
+            for n in world.names("StatefulSet")} == before
+    assert DATA in world.objects and world.names("VolumeSnapshot") == []

@@ -126,6 +126,29 @@ def host_port_conflict(mirror: Obj, port: int, mirrors: list[Obj],
                    "created nor changed)")
 
 
+def orphaned_port_holders(mirror: Obj, port: int, daemonsets: list[Obj]) -> list[Obj]:
+    """Node-proxy DaemonSets on ``port`` that no mirror owns (one deleted with
+    ``--cascade=orphan`` leaves its DaemonSet serving): a second DaemonSet on that hostPort
+    would never run a pod on any node. The one at this mirror's own name is left to
+    :func:`in_the_way` (adopted, or a NameConflict)."""
+    ns, own = mirror["metadata"].get("namespace"), Names.of(mirror["metadata"]["name"]).daemonset
+    return [ds for ds in daemonsets
+            if not ds["metadata"].get("ownerReferences") and host_port(ds) == port
+            and not ds["metadata"].get("deletionTimestamp")
+            and (ds["metadata"].get("namespace"), ds["metadata"]["name"]) != (ns, own)]
+
+
+def orphaned_port_conflict(port: int, orphans: list[Obj]) -> Problem | None:
+    if not orphans:
+        return None
+    ds = orphans[0]["metadata"]
+    return Problem(HOST_PORT_CONFLICT,
+                   f"hostPort {port} is already used by DaemonSet {ds.get('namespace')}/"
+                   f"{ds['name']}, which no RegistryMirror owns (left by a mirror deleted with "
+                   "--cascade=orphan?): delete it, or choose another spec.hostPort (this "
+                   "mirror's objects were neither created nor changed)")
+
+
 def recorded_port(mirror: Obj) -> int | None:
     """The hostPort the mirror's status says it holds (``status.hostPort``), if any."""
     port = (mirror.get("status") or {}).get("hostPort")
@@ -344,6 +367,8 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
     holders = port_holders(spec.host_port, everyone, lambda m: _owned(reads.get(
         DAEMONSET, Names.of(m["metadata"]["name"]).daemonset, m["metadata"]["namespace"]), m))
     problem = host_port_conflict(mirror, spec.host_port, everyone, holders)
+    orphans = orphaned_port_holders(mirror, spec.host_port, reads.list(DAEMONSET))
+    problem = problem or orphaned_port_conflict(spec.host_port, orphans)
     version = None
     if problem is None:
         secret = reads.get(SECRET, spec.credentials_secret, ns) \
@@ -357,8 +382,9 @@ def desired(mirror: Obj, reads: Reads) -> Desired:
                           problems=lambda _outcome: [blocked],
                           workloads=lambda _outcome: workloads,
                           holds=held_port(mirror, spec, workloads[1]), held_back=True,
-                          # removing one (as NameConflict asks) runs the mirror again
-                          blocked_by=in_way)
+                          # removing one (as NameConflict, or the orphan's HostPortConflict,
+                          # asks) runs the mirror again
+                          blocked_by=in_way + orphans)
     size, storage_class, problems, resize = plan_pvc(existing["pvc"], spec)
     pod_security = pod_security_refusal(reads.get(NAMESPACE, ns), spec)
     objects = build.desired_objects(mirror, spec, pvc_size=size, storage_class=storage_class,

@@ -417,6 +417,33 @@ def test_the_later_mirror_on_a_taken_host_port_creates_nothing_until_it_is_free(
     assert "Recovered" in [e["reason"] for e in events_about(world, "quay")]
 
 
+def test_a_daemonset_orphaned_on_a_host_port_holds_it_until_it_is_deleted(
+        world: Any, engine: Engine) -> None:
+    """A mirror deleted with --cascade=orphan leaves its node proxies serving the port: the
+    next mirror on it was reported Reconciled, its own DaemonSet never able to run a pod (a
+    user's trial, on a real API server)."""
+    put(world, new_mirror("docker-hub", hostPort=5501))
+    mirror_event(world, engine, "docker-hub", "add")
+    orphan = world.get("apps/v1", "DaemonSet", Names.of("docker-hub").daemonset, NS)
+    orphan["metadata"].pop("ownerReferences")
+    orphan = world.put(orphan)  # what the garbage collector does before the deletion
+    world.remove("eventop.dev/v1", "RegistryMirror", "docker-hub", NS)
+    mirror_event(world, engine, "docker-hub", "delete")
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5501))
+    mirror_event(world, engine, "quay", "add")
+    degraded = condition(world, "quay", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "HostPortConflict")
+    assert degraded["message"].startswith(
+        f"hostPort 5501 is already used by DaemonSet {NS}/{orphan['metadata']['name']}, "
+        "which no RegistryMirror owns")
+    assert owned_objects(world, "quay") == {}
+    # deleting the orphan, as the message says, runs the held-back mirror again
+    world.remove("apps/v1", "DaemonSet", orphan["metadata"]["name"], NS)
+    handled(engine, Event.for_object("delete", orphan))
+    assert condition(world, "quay", "Degraded")["status"] == "False"
+    assert ("DaemonSet", Names.of("quay").daemonset) in owned_objects(world, "quay")
+
+
 def test_an_invalid_upstream_is_a_condition_and_one_warning_not_a_crash(
         world: Any, engine: Engine) -> None:
     stored = put(world, new_mirror("broken", upstream="https://quay.io/some/path",

@@ -33,7 +33,7 @@ from eventop.engine.write import InFlight
 from eventop.handlers.events import Event, InvalidEvent
 from eventop.kube import errors
 from eventop.kube.client import Kube
-from eventop.kube.informer import Cache, InformerSpec
+from eventop.kube.informer import SERVED_AGAIN, Cache, InformerSpec
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.objects import is_terminating
 from eventop.kube.recent import Recent
@@ -366,9 +366,21 @@ class Engine:
         """A change the cache's own watch brought: its runs start now, without waiting for
         the watcher's event about it (which then finds them under way or done, see
         ``WorkQueue.add``). The event stays what guarantees the change is acted upon."""
+        kind = (spec.api_version, spec.kind)
+        if change == SERVED_AGAIN:
+            # Runs dropped while the kind was not served (see _run): every parent once, as
+            # at start (every replica: the runs of events are everyone's). Called as the
+            # list ends, before the informer counts as synced: its store is read directly,
+            # and each run waits for the sync as any run does.
+            for ctl in self.controllers.values():
+                informer = self.cache.informer(*ctl.parent.key)
+                if any(k.key == kind for k in ctl.kinds()) and informer is not None \
+                        and informer.store is not None:
+                    for parent in informer.store.items():
+                        self._add(ctl, Key.of(parent), None)
+            return
         if self.elector is not None and not self.elector.is_leader:
             return  # another replica's watch starts the runs
-        kind = (spec.api_version, spec.kind)
         meta = obj.get("metadata") or {}
         uid, rv = meta.get("uid"), meta.get("resourceVersion")
         for ctl in self.controllers.values():
@@ -496,8 +508,8 @@ class Engine:
         state, kinds = self._synced_state(ctl)
         if state == "missing" and str(ctl.parent) in kinds:
             # Its CRD was deleted, and every parent with it: nothing to run, nor to retry
-            # (ERRORs every few minutes, for good). Installed again, its list brings them
-            # back, and with them their runs.
+            # (ERRORs every few minutes, for good). Served again (installed again, or after
+            # a 404 in passing), its list runs every parent (SERVED_AGAIN, _on_watch).
             return _Ran(f"{key}: {ctl.parent} is not served (its CustomResourceDefinition "
                         "was deleted?): nothing to run until it is")
         if state != "ready":

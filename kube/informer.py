@@ -29,6 +29,10 @@ FORBIDDEN_HINT = "grant list and watch on it to the router's ServiceAccount, see
 OPTIONAL_MISSING_RETRY = 60.0
 
 
+#: The change a listener gets when a kind that stopped being served is listed again.
+SERVED_AGAIN = "served-again"
+
+
 @dataclass(frozen=True)
 class InformerSpec:
     """What to cache of a kind: all objects or those matching a label selector; whole or
@@ -66,8 +70,10 @@ class Informer(Sink):
         self._look_again = threading.Event()
         self._changed = threading.Condition()
         self._listing: list[Obj] = []
+        self._listed = False  # a list completed once
+        self._lost = False  # not served since (its CRD deleted, or a 404 in passing)
         self.reflector = Reflector(kube, self._resolve, self, settings, stop, name=str(spec),
-                                   hint=FORBIDDEN_HINT, logger=log)
+                                   hint=FORBIDDEN_HINT, logger=log, says_gone=False)
 
     # -- state -----------------------------------------------------------------------
 
@@ -182,6 +188,8 @@ class Informer(Sink):
                             self._set_missing, self._look_again)
 
     def _set_missing(self, missing: bool) -> None:
+        if missing and self._listed:
+            self._lost = True
         self.missing = missing
 
     # -- the reflector's sink ----------------------------------------------------------
@@ -198,7 +206,14 @@ class Informer(Sink):
         self._listing = []
         log.info("%s: cached %d objects at resourceVersion %s", self.spec, len(self.store),
                  resource_version)
+        self._listed = True
         self._notify()
+        if self._lost and self.on_change is not None:
+            self._lost = False
+            try:
+                self.on_change(self.spec, SERVED_AGAIN, {})
+            except Exception:  # a listener's bug must not stop the cache
+                log.exception("%s: a listener failed on %s", self.spec, SERVED_AGAIN)
 
     def offer(self, change: str, obj: Obj, timeout: float) -> bool:
         assert self.store is not None
@@ -263,7 +278,10 @@ class Cache:
         """Call ``fn(spec, change, obj)`` for every change a watch brings (``add``,
         ``update``, ``delete``), on the informer's thread, after its store holds it.
         Changes found by a (re)list are not announced: whoever listens runs everything
-        once the cache has synced, as a controller does at start."""
+        once the cache has synced, as a controller does at start, and again on
+        ``SERVED_AGAIN`` (``obj`` empty): the kind was not served for a while (its CRD
+        deleted and installed again, a 404 in passing) and is listed again, so what a
+        listener dropped meanwhile is run."""
         self._listeners.append(fn)
 
     def _changed(self, spec: InformerSpec, change: str, obj: Obj) -> None:

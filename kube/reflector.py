@@ -197,9 +197,13 @@ class Reflector:
 
     def __init__(self, kube: Kube, watched: Watched | Callable[[], Watched], sink: Sink,
                  settings: WatchSettings, stop: threading.Event, *, name: str | None = None,
-                 hint: str = "", logger: logging.Logger | None = None) -> None:
+                 hint: str = "", logger: logging.Logger | None = None,
+                 says_gone: bool = True) -> None:
         """``watched`` may be a function finding it (API discovery), called inside the loop
-        so that a resource not served yet (a CRD to be installed) is retried, not fatal."""
+        so that a resource not served yet (a CRD to be installed) is retried, not fatal.
+        ``says_gone``: a resource served and then not is one warning here; False where that
+        function says it already (the router's informers wait in it, and say so)."""
+        self.says_gone = says_gone
         self.kube = kube
         self._resolve = watched if callable(watched) else None
         self._watched = None if callable(watched) else watched
@@ -257,8 +261,9 @@ class Reflector:
                     mode = None
                     if gone:
                         gone = False
-                        self.log.info("%s: served again; listed", self.name,
-                                      extra={"fields": {"resource": self.name}})
+                        if self.says_gone:
+                            self.log.info("%s: served again; listed", self.name,
+                                          extra={"fields": {"resource": self.name}})
                     self.synced.set()
                     if self.settings.resync_seconds > 0:
                         self._next_resync = time.monotonic() + self.settings.resync_seconds
@@ -295,6 +300,8 @@ class Reflector:
                     if gone:
                         self.log.debug("%s: still not served: %s", self.name, exc)
                         self.stop.wait(GONE_POLL)
+                    elif not self.says_gone:
+                        self.log.debug("%s: not served any more: %s", self.name, exc)
                     else:
                         self.log.warning("%s: not served by the API server any more (%s); "
                                          "waiting until it is, looking every %.0fs",

@@ -33,21 +33,29 @@ def snapshot_cache(kube: Any, missing_retry: float, *,
 
 
 def test_a_kind_whose_crd_is_deleted_is_not_served_until_it_is_installed_again(
-        local_kube: Any, kube: Any) -> None:
+        local_kube: Any, kube: Any, caplog: Any) -> None:
+    import logging
+
     crd = yaml.safe_load(SNAPSHOTS.read_text())
     local_kube.put(crd)
     cache, informer = snapshot_cache(kube, missing_retry=0.2)
     try:
         assert wait_until(lambda: informer.synced, 10)
         assert cache.store(*SNAPSHOT_KIND) is not None
-        local_kube.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                          crd["metadata"]["name"])
-        # Its readers learn it is not served (the Database handler then takes a final
-        # backup instead of waiting for snapshots that can never be made)
-        assert wait_until(lambda: not informer.synced and informer.missing, 10)
-        assert cache.store(*SNAPSHOT_KIND) is None
-        local_kube.put(crd)
-        assert wait_until(lambda: informer.synced and not informer.missing, 10)
+        with caplog.at_level(logging.INFO, logger="eventop"):
+            local_kube.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                              crd["metadata"]["name"])
+            # Its readers learn it is not served (the Database handler then takes a final
+            # backup instead of waiting for snapshots that can never be made)
+            assert wait_until(lambda: not informer.synced and informer.missing, 10)
+            assert cache.store(*SNAPSHOT_KIND) is None
+            local_kube.put(crd)
+            assert wait_until(lambda: informer.synced and not informer.missing, 10)
+        # one warning that it is gone, one line that it is back (the watch loop said both
+        # too, in other words)
+        said = [(r.levelname, r.getMessage()) for r in caplog.records
+                if r.levelno >= logging.INFO and "cached" not in r.getMessage()]
+        assert [level for level, _ in said] == ["WARNING", "INFO"], said
     finally:
         cache.stop()
 

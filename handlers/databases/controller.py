@@ -27,7 +27,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Reads
+from eventop.engine import PARENT_UID_LABEL, Child, Controller, Desired, Kind, Note, Outcome, Reads
 from eventop.handlers.databases import lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
@@ -126,9 +126,18 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
                     if other["metadata"]["name"] != meta["name"]],
         orphaned_servers=[
             sts for sts in reads.list("apps/v1/StatefulSet", ns, labels=instance)
-            if not is_owned_by(sts, meta["uid"]) and not sts["metadata"].get("deletionTimestamp")]
+            if made_for(sts, meta["uid"]) and not is_owned_by(sts, meta["uid"])
+            and not sts["metadata"].get("deletionTimestamp")]
         if meta.get("deletionTimestamp") else [],
     )
+
+
+def made_for(sts: Obj, uid: str) -> bool:
+    """A server StatefulSet made for the Database of this uid (its claim template carries
+    the uid), not one an earlier Database of the same name left behind."""
+    templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or []
+    return any(((t.get("metadata") or {}).get("labels") or {}).get(PARENT_UID_LABEL) == uid
+               for t in templates)
 
 
 def desired(result: Plan, observed: Observed, db: Obj) -> Desired:

@@ -76,6 +76,7 @@ from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import DatabaseSpec, Names, Version
 from eventop.handlers.databases.status import Condition, Event, Facts
 from eventop.handlers.databases.workload import Passwords
+from eventop.kube import get_condition
 
 Obj = dict[str, Any]
 
@@ -98,26 +99,36 @@ def _sentence(text: str) -> str:
 ORPHAN_FINALIZER = "orphan"
 
 
+#: The Deleting reasons of an orphaning deletion: once one is in the status, the deletion
+#: stays one (the next run's caches may lag behind the garbage collector's work).
+ORPHAN_REASONS = ("Orphaning", "ServersOrphaned")
+
+
 def orphaning(db: Obj, observed: Observed) -> bool:
-    """Deleted with ``--cascade=orphan``: the garbage collector's finalizer still there, or
-    its work done (servers it no longer owns)."""
+    """Deleted with ``--cascade=orphan``: the garbage collector's finalizer is there, or its
+    work is done (servers made for this very Database that it no longer owns), or an earlier
+    run found either."""
     if observed.namespace_terminating:
         return False
     finalizers = (db.get("metadata") or {}).get("finalizers") or []
-    return ORPHAN_FINALIZER in finalizers or bool(observed.orphaned_servers)
+    deleting = get_condition(db.get("status"), "Deleting") or {}
+    return (ORPHAN_FINALIZER in finalizers or bool(observed.orphaned_servers)
+            or deleting.get("reason") in ORPHAN_REASONS)
 
 
 def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     names = Names.of(spec.name)
-    if orphaning(db, observed):
-        spec = replace(spec, deletion_policy="Retain")  # see the module docstring
+    orphaned = orphaning(db, observed)
+    if orphaned:  # the data kept as under Retain (module docstring): Secret, volumes' policy
+        spec = replace(spec, deletion_policy="Retain")
     version, image = lifecycle.serving(db, spec, observed)
     facts = Facts(version=str(version), image=image, endpoint=workload.endpoint(spec),
                   secret=names.secret, replicas=spec.replicas,
                   serving=observed.statefulset(version.major),
                   progressing=("False", "Deleting", "no upgrade while the Database is deleted"))
     facts.initialized = lifecycle._initialized_before(db)
-    step = _steps(db, spec, observed, (str(version), image), facts)
+    step = (_orphaned(db, observed, facts) if orphaned
+            else _steps(db, spec, observed, (str(version), image), facts))
     facts.deleting = step.condition
     new, events, _ = status.compute(db, facts, observed, spec.replicas)
     # the backup volume as it is (its backups outlive the Database); made now only for a
@@ -177,21 +188,6 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
         keeping = _keep_volumes(db, policy, observed)
         if policy != "Delete" or not keeping.finalize:
             return keeping  # (under Delete, once the backup volume is kept: deleted as usual)
-    if ORPHAN_FINALIZER in (db["metadata"].get("finalizers") or []):
-        # Until the garbage collector has taken the ownerReferences off, the children still
-        # look like its own: a step now would stop (and delete) the servers it orphans.
-        return _Step(("True", "Orphaning", "deleted with --cascade=orphan: waiting for the "
-                      "garbage collector to orphan its children; nothing is stopped, "
-                      "snapshotted or deleted"), leave_children=True)
-    if policy == "Retain" and observed.orphaned_servers:
-        listed = ", ".join(observe.pvc_names(observed)) or "none"
-        servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers)
-        why = (f"its servers (StatefulSet {servers}) are not its own any more (deleted with "
-               "--cascade=orphan?) and still run on its data volumes: nothing is stopped, "
-               f"snapshotted or deleted; data volumes ({listed}) and Secret {facts.secret} "
-               "kept, as with deletionPolicy Retain")
-        return _Step(("True", "ServersOrphaned", why), finalize=True,
-                     events=[("Warning", "ServersOrphaned", _sentence(why))])
     if policy == "Retain":
         listed = ", ".join(observe.pvc_names(observed)) or "none"
         return _Step(("True", "Retained", f"data volumes kept: {listed}"), finalize=True,
@@ -247,6 +243,24 @@ def _steps(db: Obj, spec: DatabaseSpec, observed: Observed, running: tuple[str, 
                             "data volume was ever bound, so no server held data; data "
                             f"volumes deleted: {_volume_list(observed)}"))
     return step
+
+
+def _orphaned(db: Obj, observed: Observed, facts: Facts) -> _Step:
+    """A deletion with ``--cascade=orphan`` (see the module docstring): its children are
+    left exactly as they are, never applied nor pruned (until the garbage collector has
+    taken their ownerReferences off they still look like its own, and a step would stop
+    and delete the servers it orphans); once it has, the Database goes, its data kept."""
+    if ORPHAN_FINALIZER in (db["metadata"].get("finalizers") or []):
+        return _Step(("True", "Orphaning", "deleted with --cascade=orphan: waiting for the "
+                      "garbage collector to orphan its children; nothing is stopped, "
+                      "snapshotted or deleted"), leave_children=True)
+    listed = ", ".join(observe.pvc_names(observed)) or "none"
+    servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers) or "none seen"
+    why = (f"deleted with --cascade=orphan: its servers (StatefulSet {servers}) are left "
+           "running on its data volumes; nothing was stopped, snapshotted or deleted; data "
+           f"volumes ({listed}) and Secret {facts.secret} kept, as with deletionPolicy Retain")
+    return _Step(("True", "ServersOrphaned", why), finalize=True, leave_children=True,
+                 events=[("Warning", "ServersOrphaned", _sentence(why))])
 
 
 def _keep_volumes(db: Obj, policy: str, observed: Observed) -> _Step:

@@ -542,10 +542,10 @@ def _initialization(db: Obj, spec: DatabaseSpec, observed: Observed,
         # A Job of an earlier Database of this name, orphaned (--cascade=orphan): its
         # completion says nothing of this Database's data.
         facts.initialized = ("False", "InitJobNotOurs",
-                             f"Job {stale['metadata']['name']} is not this Database's (left by "
-                             "an earlier Database of this name, deleted with "
-                             "--cascade=orphan?): delete it to let this Database's own init "
-                             "Job run")
+                             f"Job {stale['metadata']['name']} is not this Database's (an "
+                             "earlier Database of this name left it: orphaned by --cascade="
+                             "orphan, or not collected yet): delete it to let this "
+                             "Database's own init Job run")
         return []
     if job is None and observe.ready_replicas(facts.serving) < 1:
         facts.initialized = ("False", "WaitingForServer", "waiting for the primary to be ready")

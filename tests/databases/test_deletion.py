@@ -419,8 +419,39 @@ def test_a_database_deleted_with_cascade_orphan_keeps_its_data_as_retain_does(
     assert world.names("VolumeSnapshot") == []
     [(kind, _, message)] = [e for e in world.events if e[1] == "ServersOrphaned"]
     assert kind == "Warning"
-    assert message.startswith("Its servers (StatefulSet orders-pg16) are not its own any more")
+    assert message.startswith("Deleted with --cascade=orphan: its servers (StatefulSet "
+                              "orders-pg16) are left running on its data volumes")
     assert "data-orders-pg16-0" in message and "orders-credentials" in message
+
+
+def test_an_orphaning_deletion_stays_one_when_a_run_sees_neither_finalizer_nor_orphans() -> None:
+    """The garbage collector removes the ownerReferences, then its finalizer: a run whose
+    StatefulSet cache lagged saw neither, and took the policy's steps on the orphaned
+    server (a reviewer's finding). What an earlier run recorded keeps it an orphaning."""
+    world = created(World(database(deletionPolicy="Delete")))
+    world.db["metadata"]["finalizers"] = ["eventop.dev/database-data", "orphan"]
+    world.delete()
+    world.reconcile()
+    assert world.condition("Deleting")["reason"] == "Orphaning"
+    world.db["metadata"]["finalizers"] = ["eventop.dev/database-data"]  # the GC's work done
+    result = world.reconcile()  # its cache still shows the server owned: no orphans seen
+    assert result.finalize and result.children is None  # left as they are, none pruned
+    assert [d["kind"] for d in result.deletions] == []
+    assert world.db is None and {DATA, KEPT_SECRET} <= set(world.objects)
+
+
+def test_a_server_left_by_an_earlier_database_of_the_name_is_no_orphan_of_this_one() -> None:
+    """A plain deletion under Delete kept the data of a Database re-created next to the
+    leftover StatefulSet of an earlier one of its name, taken for an orphan of its own (a
+    reviewer's finding): only a server made for this uid is."""
+    from eventop.handlers.databases.controller import made_for
+
+    world = created(World(database()))
+    server = world.get("StatefulSet", "orders-pg16")
+    uid = world.db["metadata"]["uid"]
+    assert made_for(server, uid)
+    assert not made_for(server, "another-uid")
+    assert not made_for({"spec": {}}, uid)
 
 
 def test_a_new_database_does_not_take_an_orphaned_init_job_for_its_own() -> None:

@@ -23,6 +23,7 @@ from eventop.engine import Child, Controller, Desired, Kind, Note, Outcome, Read
 from eventop.handlers.copy_rules.desired import (
     API_VERSION,
     KIND,
+    RULE_ANNOTATION,
     RULE_LABEL,
     SOURCE_ANNOTATION,
     SpecError,
@@ -31,10 +32,10 @@ from eventop.handlers.copy_rules.desired import (
     in_sync,
     is_copy,
     is_source,
-    label_value,
     may_target,
     needs_recreate,
     rule_kind,
+    rule_label_value,
     rule_selector,
     source_namespaces,
     validate_selector,
@@ -235,19 +236,21 @@ def _first(slots: list[str]) -> str:
 
 
 def _rival(kind: str, slot: str, rule: Obj, reads: Reads) -> str | None:
-    """The other CopyRule whose copy is at ``slot``, if it is one."""
+    """The other CopyRule whose copy is at ``slot``, if it is one: its name as the copy's
+    annotation holds it (the label's may be shortened)."""
     namespace, _, name = slot.rpartition("/")
     there = reads.get(("v1", kind), name, namespace or None)
-    other = (((there or {}).get("metadata") or {}).get("labels") or {}).get(RULE_LABEL)
-    if there is not None and is_copy(there) and other \
-            and other != label_value(rule["metadata"]["name"]):
-        return str(other)
+    meta = (there or {}).get("metadata") or {}
+    other = (meta.get("labels") or {}).get(RULE_LABEL)
+    if there is not None and is_copy(there) and other and other != rule_label_value(rule):
+        return str((meta.get("annotations") or {}).get(RULE_ANNOTATION) or other)
     return None
 
 
 def _conflict_message(kind: str, slot: str, rule: str, reads: Reads, rule_obj: Obj) -> str:
     """What is at the copy's name, and the way out: another rule's copy is not to be
-    deleted (its rule would make it again, the two taking turns), but one rule narrowed."""
+    deleted (its rule would make it again, the two taking turns), but one rule narrowed
+    (the condition says the same for all of them, :func:`_conflicts_message`)."""
     other = _rival(kind, slot, rule_obj, reads)
     if other is not None:
         return (f"{kind} {slot} is a copy made by CopyRule {other}, which copies a source of "
@@ -272,10 +275,13 @@ def _notes(rule: Obj, kind: str, outcome: Outcome, reads: Reads) -> Iterable[Not
     if outcome.deleted:
         # Deleting a source, unlabelling it or narrowing the targets removes copies from
         # every namespace at once: a Pod starting there meanwhile misses its pull Secret.
-        gone = sorted(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}"
-                      for o in outcome.deleted)
-        notes.append(Note("Normal", "CopiesDeleted",
-                          f"deleted {len(gone)} {kind}(s) no longer wanted (their source is "
-                          "gone or no longer selected, or their namespace is no longer a "
-                          f"target): {_first(gone)}"))
+        for deleted_kind in sorted({str(o.get("kind")) for o in outcome.deleted}):
+            gone = sorted(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}"
+                          for o in outcome.deleted if o.get("kind") == deleted_kind)
+            why = ("the rule's ruleType changed" if deleted_kind != kind else
+                   "their source is gone or no longer selected, or their namespace is no "
+                   "longer a target")
+            notes.append(Note("Normal", "CopiesDeleted",
+                              f"deleted {len(gone)} {deleted_kind}(s) no longer wanted ({why}): "
+                              f"{_first(gone)}"))
     return notes

@@ -434,3 +434,16 @@ def test_copies_deleted_because_their_source_went_are_one_normal_event() -> None
         "deleted 2 ConfigMap(s) no longer wanted (their source is gone or no longer selected, "
         "or their namespace is no longer a target): team-a/registry-config, "
         "team-b/registry-config")
+
+
+def test_copies_deleted_by_a_rule_type_change_are_named_by_their_own_kind() -> None:
+    """After configmap -> secret the Event said Secrets were deleted, about ConfigMaps (a
+    reviewer's finding)."""
+    world = World([rule(), ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    world.put(rule(rule_type="secret"))
+    world.events.clear()
+    world.reconcile(rules, "main-rule")
+    [note] = [n for _, n in world.events if n.reason == "CopiesDeleted"]
+    assert note.message == ("deleted 1 ConfigMap(s) no longer wanted (the rule's ruleType "
+                            "changed): team-a/registry-config")

@@ -70,6 +70,11 @@ class CatchUp:
                 deleted = True  # gone: the cache must not hold it any more (any uid)
             else:
                 rv = str(current.get("resourceVersion") or "") or None
+                if ref.uid is None or current.get("uid") == ref.uid:
+                    # A delete of an object that is there (made again under its name, the
+                    # older delete delivered late, as Knative may): the cache must reach
+                    # what is there, not drop it (it never would: 10 s, then a lookup).
+                    deleted = False
         if informer.matches(body) and not informer.wait_for(
                 rv, body, self.wait(), deleted=deleted) \
                 and not (deleted and self.exists(ref)):

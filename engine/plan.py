@@ -65,8 +65,14 @@ class Plan:
 
 def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
          terminating: Callable[[str], bool] = lambda _ns: False,
+         unseen: Callable[[str], bool] = lambda _ns: False,
          prune: bool = True) -> Plan:
-    """The writes that make the cluster hold ``desired``'s children for ``parent``."""
+    """The writes that make the cluster hold ``desired``'s children for ``parent``.
+
+    ``unseen(ns)``: the cache of Namespaces does not hold ``ns`` (yet). A child there is
+    never pruned: the function decided from a Namespace cache behind the child's (another
+    replica made the child in a namespace created a moment ago), and a namespace that is
+    really gone takes its children with it."""
     result = Plan()
     uid = str(parent["metadata"]["uid"])
     wanted: set[tuple[str, str, str, str]] = set()
@@ -138,7 +144,8 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
                 meta = obj["metadata"]
                 ns = meta.get("namespace") or ""
                 if ((k.api_version, k.kind, ns, meta["name"]) in wanted
-                        or meta.get("deletionTimestamp") or (ns and terminating(ns))
+                        or meta.get("deletionTimestamp")
+                        or (ns and (terminating(ns) or unseen(ns)))
                         or (k.key in ctl.shared and _annotated(obj) != ctl.name)):
                     continue  # (another controller's child, or one from before they shared)
                 result.actions.append(Action("delete", k.kind, ns, meta["name"], None, obj))

@@ -109,6 +109,7 @@ class Pipeline:
 def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Writer, *,
         submit: Callable[..., Any] | None = None,
         terminating: Callable[[str], bool] = lambda _ns: False,
+        unseen: Callable[[str], bool] = lambda _ns: False,
         seen_conflicts: dict[str, set[str]] | None = None,
         pipeline: Pipeline | None = None) -> RunResult:
     """Converge one parent. A :class:`~eventop.engine.invalid.SpecError` from the function is
@@ -152,7 +153,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
             assert ctl.reconcile_fn is not None
             desired = _call(ctl, ctl.reconcile_fn, parent, reads)
         the_plan = plan(ctl, parent, desired, reads, terminating=terminating,
-                        prune=not deleting)
+                        unseen=unseen, prune=not deleting)
     except errors.Unavailable:
         raise  # the API server's state, not this parent's: the events say it
     except Exception as exc:

@@ -430,6 +430,11 @@ class Engine:
         found = store.get(None, namespace)
         return found is None or is_terminating(found)
 
+    def _unseen_namespace(self, namespace: str) -> bool:
+        """The cache of Namespaces (when kept) does not hold this one."""
+        store = self._store("v1", "Namespace")
+        return store is not None and store.get(None, namespace) is None
+
     def _terminating(self, namespace: str) -> bool:
         store = self._store("v1", "Namespace")
         return is_terminating(store.get(None, namespace) if store is not None else None)
@@ -540,7 +545,7 @@ class Engine:
                             lambda: self._ends.get(item) is not end)
         result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
                      submit=self._pool.submit, terminating=self._terminating,
-                     seen_conflicts=self._conflicts,
+                     unseen=self._unseen_namespace, seen_conflicts=self._conflicts,
                      pipeline=pipeline if ctl.overlap else None)
         self._remember_squatters(ctl, key, result.squatters)
         if before is not None:

@@ -110,7 +110,8 @@ class World:
         parent = self.get(ctl.parent, name, namespace)
         reads = Reads(self._lookup, ctl.kinds(), ctl.name, parent)
         return run(ctl, key, parent, reads, _WorldWriter(self, ctl.field_manager),
-                   terminating=self._terminating, seen_conflicts=self._seen_conflicts)
+                   terminating=self._terminating, unseen=self._unseen,
+                   seen_conflicts=self._seen_conflicts)
 
     def changed(self, ctl: Controller, obj: Obj) -> list[RunResult]:
         """Hand ``ctl`` a change of ``obj`` as the router does: mapped to the parents it
@@ -164,6 +165,11 @@ class World:
 
     def _terminating(self, namespace: str) -> bool:
         return is_terminating(self.get("v1/Namespace", namespace))
+
+    def _unseen(self, namespace: str) -> bool:
+        """As the router's cache: Namespaces are known (the world holds some) and this one
+        is not among them."""
+        return bool(self.list("v1/Namespace")) and self.get("v1/Namespace", namespace) is None
 
 
 class _WorldWriter:

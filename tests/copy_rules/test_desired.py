@@ -447,3 +447,49 @@ def test_copies_deleted_by_a_rule_type_change_are_named_by_their_own_kind() -> N
     [note] = [n for _, n in world.events if n.reason == "CopiesDeleted"]
     assert note.message == ("deleted 1 ConfigMap(s) no longer wanted (the rule's ruleType "
                             "changed): team-a/registry-config")
+
+
+def test_a_copy_in_a_namespace_the_cache_does_not_hold_yet_is_not_pruned() -> None:
+    """Two replicas: one made a copy in a namespace created a moment ago; the other's
+    Namespace cache did not hold it yet while its ConfigMap cache held the copy, and it
+    deleted the copy, made again 0.1 s later (a user's trial, 2 bursts of 3)."""
+    import copy as copying
+
+    world = World([rule(), ns("default"), ns("team-a"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    made = copying.deepcopy(world.get("v1/ConfigMap", "registry-config", "team-a"))
+    made["metadata"]["namespace"] = "team-new"
+    for volatile in ("uid", "resourceVersion"):
+        made["metadata"].pop(volatile, None)
+    world.put(made)  # the other replica's copy; no Namespace team-new in this cache yet
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "team-new") is not None
+    # once the namespace is known and not a target, the copy goes as any other
+    world.put(ns("team-new"))
+    world.put(rule(targets={"names": ["team-a"]}))
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "team-new") is None
+
+
+def test_copies_deleted_are_said_even_when_another_replica_wrote_the_status_first() -> None:
+    """Two replicas: the one whose deletes found the copies gone wrote the new status; the
+    one whose deletes did it found the status unchanged, and notes ride on a status change:
+    961 copies deleted, Events for 1 rule of 3 (a user's trial)."""
+    import copy as copying
+
+    def world_after_source_deleted() -> World:
+        world = World([rule(), ns("default"), ns("team-a"), cm("registry-config")])
+        world.reconcile(rules, "main-rule")
+        world.delete("v1/ConfigMap", "registry-config", "default")
+        return world
+
+    first = world_after_source_deleted()
+    first.reconcile(rules, "main-rule")  # the other replica: its status is the new one
+    second = world_after_source_deleted()
+    done = copying.deepcopy(second.get("eventop.dev/v1/CopyRule", "main-rule"))
+    done["status"] = first.get("eventop.dev/v1/CopyRule", "main-rule")["status"]
+    second.put(done)
+    second.events.clear()
+    second.reconcile(rules, "main-rule")
+    assert second.get("v1/ConfigMap", "registry-config", "team-a") is None
+    assert [n.reason for _, n in second.events] == ["CopiesDeleted"]

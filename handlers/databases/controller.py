@@ -31,7 +31,7 @@ from eventop.engine import PARENT_UID_LABEL, Child, Controller, Desired, Kind, N
 from eventop.handlers.databases import lifecycle
 from eventop.handlers.databases.jobs import SNAPSHOT_API
 from eventop.handlers.databases.lifecycle import Plan
-from eventop.handlers.databases.observe import Observed, bound_volumes
+from eventop.handlers.databases.observe import Observed, bound_volumes, claim_of
 from eventop.handlers.databases.spec import API_VERSION, FINALIZER, KIND, Names
 from eventop.handlers.databases.workload import APP_NAME
 from eventop.handlers.registry import Registry
@@ -73,8 +73,9 @@ databases = Controller(
     # Retain while the Database lives (see volumes).
     reads=["v1/Namespace", "v1/PersistentVolume",
            # its Services too, for the patch that puts back a port edited by hand (see
-           # guards.service_ports; patches are declared as reads)
-           _ours("v1/Service")],
+           # guards.service_ports; patches are declared as reads), and its data volumes'
+           # claims, for the patch that adopts an earlier Database's (lifecycle.keep_volumes)
+           _ours("v1/Service"), _ours("v1/PersistentVolumeClaim")],
     finalizer=FINALIZER,
     registry=registry,
     module=__name__,
@@ -104,6 +105,22 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         volumes = [pv for pv in (reads.get("v1/PersistentVolume", name) for name in sorted({
             str(pvc["spec"]["volumeName"]) for pvc in [*data_pvcs, backup_pvc]
             if pvc and (pvc.get("spec") or {}).get("volumeName")})) if pv is not None]
+    deleting = bool(meta.get("deletionTimestamp"))
+    # servers labelled as its own that it does not own: its own orphaned by --cascade=orphan,
+    # or an earlier Database's of its name (see Observed)
+    foreign = [sts for sts in (reads.list("apps/v1/StatefulSet", ns, labels=instance)
+                               if deleting else [])
+               if not is_owned_by(sts, meta["uid"]) and not sts["metadata"].get(
+                   "deletionTimestamp")]
+    not_its_own: list[str] = []
+    if deleting and not terminating:
+        # A deletion acts only on the data volumes made for this very Database (their
+        # claim template's uid): an earlier one's, kept and never adopted, or an orphaned
+        # server's, are left as they are, with their PersistentVolumes.
+        own = [p for p in data_pvcs
+               if (p["metadata"].get("labels") or {}).get(PARENT_UID_LABEL) == meta["uid"]]
+        not_its_own = sorted(p["metadata"]["name"] for p in data_pvcs if p not in own)
+        data_pvcs = own
     # the CronJob's Jobs are owned by the CronJob: found by their labels
     jobs = reads.list("batch/v1/Job", ns, labels=instance)
     stale = next((j for j in jobs if j["metadata"]["name"] == names.init_job
@@ -119,16 +136,15 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         backup_pvc=backup_pvc,
         snapshots=reads.list(SNAPSHOT, ns, labels=instance) if reads.served(SNAPSHOT)
         else None,
-        volumes=bound_volumes(volumes, ns, names),
+        volumes=[pv for pv in bound_volumes(volumes, ns, names)
+                 if claim_of(pv) not in not_its_own],
+        foreign_claims=not_its_own,
+        foreign_servers=foreign,
         namespace_terminating=terminating,
         services=reads.children("v1/Service"),
         neighbours=[other for other in reads.list(f"{API_VERSION}/{KIND}", ns)
                     if other["metadata"]["name"] != meta["name"]],
-        orphaned_servers=[
-            sts for sts in reads.list("apps/v1/StatefulSet", ns, labels=instance)
-            if made_for(sts, meta["uid"]) and not is_owned_by(sts, meta["uid"])
-            and not sts["metadata"].get("deletionTimestamp")]
-        if meta.get("deletionTimestamp") else [],
+        orphaned_servers=[sts for sts in foreign if made_for(sts, meta["uid"])],
     )
 
 

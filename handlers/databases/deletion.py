@@ -130,7 +130,7 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
     step = (_orphaned(db, observed, facts) if orphaned
             else _steps(db, spec, observed, (str(version), image), facts))
     facts.deleting = step.condition
-    new, events, _ = status.compute(db, facts, observed, spec.replicas)
+    new, events_before, _ = status.compute(db, facts, observed, spec.replicas)
     # the backup volume as it is (its backups outlive the Database); made now only for a
     # final backup (see _final_backup)
     kept = [*([workload.backup_pvc(spec, observed.backup_pvc)] if observed.backup_pvc else []),
@@ -141,15 +141,26 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
         observed, names, keep_data=spec.deletion_policy != "Delete", releasing=step.releasing)}
     patches.update({p["metadata"]["name"]: p for p in step.patches})
     deletions = step.deletions
+    events = list(step.events)
     if observed.secret is not None and lifecycle.is_ours(observed.secret, db):
-        if spec.deletion_policy != "Delete":
+        if spec.deletion_policy != "Delete" or observed.foreign_servers:
+            # (a server it does not own still reads its passwords from it)
             kept.append(_kept_secret(spec, observed.secret))
         elif step.finalize:
             deletions = [*deletions, observed.secret]
+    if step.finalize and (observed.foreign_claims or observed.foreign_servers) \
+            and step.condition[1] != "ServersOrphaned":
+        left = [*(f"PersistentVolumeClaim {c}" for c in observed.foreign_claims),
+                *(f"StatefulSet {s['metadata']['name']}" for s in observed.foreign_servers)]
+        events.append(("Warning", "NotItsOwnLeft",
+                       f"left as they are, not made for this Database (an earlier Database of "
+                       f"its name's, kept or orphaned): {', '.join(left)}"
+                       + (f"; Secret {names.secret} kept: a server it does not own uses it"
+                          if observed.foreign_servers and observed.secret is not None else "")))
     return Plan(children=None if step.leave_children else step.children, status=new,
                 kept=kept, deletions=deletions,
                 patches=sorted(patches.values(), key=lambda p: p["metadata"]["name"]),
-                events=events + step.events, finalize=step.finalize,
+                events=events_before + events, finalize=step.finalize,
                 requeue_after=None if step.finalize else step.requeue_after)
 
 
@@ -255,10 +266,12 @@ def _orphaned(db: Obj, observed: Observed, facts: Facts) -> _Step:
                       "garbage collector to orphan its children; nothing is stopped, "
                       "snapshotted or deleted"), leave_children=True)
     listed = ", ".join(observe.pvc_names(observed)) or "none"
-    servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers) or "none seen"
-    why = (f"deleted with --cascade=orphan: its servers (StatefulSet {servers}) are left "
-           "running on its data volumes; nothing was stopped, snapshotted or deleted; data "
-           f"volumes ({listed}) and Secret {facts.secret} kept, as with deletionPolicy Retain")
+    servers = ", ".join(s["metadata"]["name"] for s in observed.orphaned_servers)
+    running = (f"its servers (StatefulSet {servers}) are left running on its data volumes"
+               if servers else "no server of its own is left running")
+    why = (f"deleted with --cascade=orphan: {running}; nothing more is stopped, snapshotted "
+           f"or deleted; data volumes ({listed}) and Secret {facts.secret} kept, as with "
+           "deletionPolicy Retain")
     return _Step(("True", "ServersOrphaned", why), finalize=True, leave_children=True,
                  events=[("Warning", "ServersOrphaned", _sentence(why))])
 

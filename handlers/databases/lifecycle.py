@@ -119,10 +119,27 @@ def keep_volumes(db: Obj, observed: Observed, result: Plan) -> Plan:
     whose volume the cache does not hold yet is looked at again shortly."""
     names = Names.of(db["metadata"]["name"])
     patches = volumes.patches(observed, names, keep_data=volumes.keeps_data(db))
+    patches += adopted_claims(db, observed)
     requeue = result.requeue_after
     if volumes.unseen(observed):
         requeue = min(requeue or UNSEEN_VOLUME_RECHECK, UNSEEN_VOLUME_RECHECK)
     return replace(result, patches=[*result.patches, *patches], requeue_after=requeue)
+
+
+def adopted_claims(db: Obj, observed: Observed) -> list[Obj]:
+    """The data claims its own servers use that an earlier Database of its name made (kept
+    under Retain and opened again): labelled with its uid, as if made for it, so that its
+    deletion applies its policy to them (a deletion leaves claims made for another uid as
+    they are, see controller.observe)."""
+    uid = db["metadata"]["uid"]
+    mine = [f"data-{sts['metadata']['name']}-" for sts in observed.statefulsets]
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": pvc["metadata"]["name"],
+                          "namespace": pvc["metadata"].get("namespace"),
+                          "labels": {PARENT_UID_LABEL: uid}}}
+            for pvc in observed.data_pvcs
+            if (pvc["metadata"].get("labels") or {}).get(PARENT_UID_LABEL) != uid
+            and any(pvc["metadata"]["name"].startswith(prefix) for prefix in mine)]
 
 
 def _valid(check: Callable[[], object]) -> bool:

@@ -55,6 +55,12 @@ class Observed:
     #: a Job at its init Job's name that it does not own (an earlier Database's, orphaned):
     #: not in ``jobs``, its completion says nothing of this Database
     stale_init_job: Obj | None = None
+    #: while it is deleted: StatefulSets labelled as its servers that it does not own (its
+    #: own orphaned, or an earlier Database's of its name), and the data claims labelled as
+    #: its own that were not made for it (left out of ``data_pvcs`` and their volumes out of
+    #: ``volumes``: a deletion leaves them as they are)
+    foreign_servers: list[Obj] = field(default_factory=list)
+    foreign_claims: list[str] = field(default_factory=list)
 
     def statefulset(self, major: int) -> Obj | None:
         for sts in self.statefulsets:

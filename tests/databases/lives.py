@@ -15,6 +15,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from eventop.engine import PARENT_UID_LABEL
 from eventop.handlers.databases.spec import PINNED_MINOR, Names, Version
 from eventop.testing import Cluster
 from tests.databases.play import SNAPSHOTS, Components
@@ -377,6 +378,12 @@ def delete_retained_then_adopted(life: Life) -> None:
     assert life.password() == password
     life.object("apps/v1/StatefulSet", life.names.statefulset(
         Version.parse(str(life.spec["version"])).major))
+    # The kept data volumes are its own now (labelled with its uid), so its own deletion
+    # applies its policy to them: a claim an earlier Database made was reported deleted,
+    # not deleted, and its volume given back a Delete policy (a user's trial).
+    life.wait("the kept data volumes adopted", lambda: all(
+        (life.get("v1/PersistentVolumeClaim", v) or {}).get("metadata", {}).get(
+            "labels", {}).get(PARENT_UID_LABEL) == life.uid for v in volumes))
 
 
 def delete_deleting_the_data(life: Life) -> None:
@@ -418,3 +425,15 @@ def delete_orphaning(life: Life) -> None:
     status = life.status("Initialized not taken from the orphaned Job", lambda s: condition(
         s, "Initialized")["reason"] == "InitJobNotOurs")
     assert condition(status["status"], "Initialized")["status"] == "False"
+    # Deleted in turn (Snapshot): the orphans are not its own. The running server, its
+    # data volume and the Secret it reads stay; nothing is snapshotted.
+    life.delete()
+    life.gone(DB, life.name)
+    assert life.get("apps/v1/StatefulSet", server)["spec"]["replicas"] == 1
+    assert data_volumes(life) == volumes
+    life.object("v1/Secret", life.names.secret)
+    if not life.cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]):
+        assert not life.cluster.list(f"{SNAPSHOTS}/VolumeSnapshot", life.namespace)
+    [left] = [e for e in life.cluster.list("v1/Event", life.namespace)
+              if e["reason"] == "NotItsOwnLeft"]
+    assert server in left["message"] and volumes[0] in left["message"]

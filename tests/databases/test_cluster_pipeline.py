@@ -130,6 +130,11 @@ def test_retain_keeps_the_data_for_the_next_database_and_delete_deletes_it(
         life.wait("its data volume", lambda life=life: lives.data_volumes(life))
     lives.delete_retained_then_adopted(keep)
     lives.delete_deleting_the_data(scratch)
+    # the Database created again on the kept data, deleted under Delete: its adopted data
+    # volumes go as its own would
+    keep.edit(deletionPolicy="Delete")
+    play.servers_ready(keep.names.statefulset(16), ns)
+    lives.delete_deleting_the_data(keep)
 
 
 def test_a_database_deleted_with_cascade_orphan_keeps_its_running_server_and_its_data(

@@ -473,11 +473,15 @@ class Engine:
             except Exception as exc:
                 delay = self.queue.retry(item, cap=retry_cap([exc]))
                 RUNS.labels(name, "error").inc()
-                expected = isinstance(exc, errors.KubeError | LookupError | ValueError)
                 # A cache catching up (a CRD being installed, a watch resuming) is a wait,
-                # not a failure: a warning, as the router logs it for an event.
-                log.log(logging.WARNING if isinstance(exc, CacheBehind) else logging.ERROR,
-                        "%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
+                # not a failure: a warning, as the router logs it for an event. A run cut
+                # short by the router stopping (its writes cancelled) is neither.
+                stopping = self._stop.is_set()
+                expected = stopping or isinstance(exc, errors.KubeError | LookupError
+                                                  | ValueError)
+                level = logging.INFO if stopping else (
+                    logging.WARNING if isinstance(exc, CacheBehind) else logging.ERROR)
+                log.log(level, "%s %s failed, retried in %.1fs: %s: %s", name, key, delay,
                         type(exc).__name__, exc, exc_info=not expected,
                         extra={"fields": {"handler": name, "key": str(key)}})
                 result = Result(item, False, f"{type(exc).__name__}: {exc}", exc,

@@ -153,8 +153,9 @@ class KubeWriter:
         with self._write(obj, "replace"):
             return self._wrote(self.kube.replace(obj))
 
-    def delete(self, obj: Obj) -> None:
-        """Delete ``obj`` (that very version: a changed one is a 409).
+    def delete(self, obj: Obj) -> bool:
+        """Delete ``obj`` (that very version: a changed one is a 409); False if it was gone
+        already (a 404: another replica's delete came first).
 
         An object held by finalizers (every PersistentVolumeClaim: pvc-protection) is not
         gone when the API server answers: the delete only set its deletionTimestamp, and it
@@ -174,15 +175,16 @@ class KubeWriter:
             if held.get("kind") == obj["kind"] \
                     and (held.get("metadata") or {}).get("deletionTimestamp"):
                 self._wrote({**held, "apiVersion": obj["apiVersion"]})
-                return
+                return True
             if meta.get("finalizers"):
                 # gone before our delete (404), held until then: someone else's removal of
                 # the last finalizer made it go, news to a run waiting to make it again
-                return
+                return answer is not None
             store = self.cache.store(obj["apiVersion"], obj["kind"])
             if store is not None:
                 store.forget_deleted(obj)
             self.echoes.mark(obj, deleted=True)
+        return answer is not None
 
     def patch(self, obj: Obj, resource_version: str) -> Obj:
         """A JSON merge patch of ``obj``'s fields into version ``resource_version`` of an

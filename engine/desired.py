@@ -123,6 +123,8 @@ class Outcome:
     updated: list[Obj] = field(default_factory=list)
     unchanged: list[Obj] = field(default_factory=list)
     deleted: list[Obj] = field(default_factory=list)
+    #: Deletes that found their object gone already (another replica's delete came first).
+    gone: list[Obj] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     errors: list[WriteError] = field(default_factory=list)
     #: Desired children not written because their namespace is terminating or the object

@@ -430,8 +430,14 @@ class Engine:
         found = store.get(None, namespace)
         return found is None or is_terminating(found)
 
-    def _unseen_namespace(self, namespace: str) -> bool:
-        """The cache of Namespaces (when kept) does not hold this one."""
+    def _unseen_namespace(self, ctl: Controller, namespace: str) -> bool:
+        """The controller reads Namespaces, the cache keeps every one of them (no label
+        selector), and it does not hold this one: the function decided without it."""
+        if not any(k.key == ("v1", "Namespace") for k in ctl.kinds()):
+            return False
+        informer = self.cache.informer("v1", "Namespace")
+        if informer is None or informer.spec.selector:
+            return False
         store = self._store("v1", "Namespace")
         return store is not None and store.get(None, namespace) is None
 
@@ -549,7 +555,8 @@ class Engine:
                             lambda: self._ends.get(item) is not end)
         result = run(ctl, key, parent, self._reads(ctl, parent), self.writers[ctl.name],
                      submit=self._pool.submit, terminating=self._terminating,
-                     unseen=self._unseen_namespace, seen_conflicts=self._conflicts,
+                     unseen=lambda ns: self._unseen_namespace(ctl, ns),
+                     seen_conflicts=self._conflicts,
                      pipeline=pipeline if ctl.overlap else None)
         self._remember_squatters(ctl, key, result.squatters)
         if before is not None:

@@ -110,7 +110,7 @@ class World:
         parent = self.get(ctl.parent, name, namespace)
         reads = Reads(self._lookup, ctl.kinds(), ctl.name, parent)
         return run(ctl, key, parent, reads, _WorldWriter(self, ctl.field_manager),
-                   terminating=self._terminating, unseen=self._unseen,
+                   terminating=self._terminating, unseen=lambda ns: self._unseen(ctl, ns),
                    seen_conflicts=self._seen_conflicts)
 
     def changed(self, ctl: Controller, obj: Obj) -> list[RunResult]:
@@ -166,10 +166,12 @@ class World:
     def _terminating(self, namespace: str) -> bool:
         return is_terminating(self.get("v1/Namespace", namespace))
 
-    def _unseen(self, namespace: str) -> bool:
-        """As the router's cache: Namespaces are known (the world holds some) and this one
-        is not among them."""
-        return bool(self.list("v1/Namespace")) and self.get("v1/Namespace", namespace) is None
+    def _unseen(self, ctl: Controller, namespace: str) -> bool:
+        """As the router's: the controller reads every Namespace (declared, no selector)
+        and the world does not hold this one."""
+        if not any(k.key == ("v1", "Namespace") and not k.selector for k in ctl.kinds()):
+            return False
+        return self.get("v1/Namespace", namespace) is None
 
 
 class _WorldWriter:
@@ -225,16 +227,17 @@ class _WorldWriter:
         self._log("replace", obj)
         return self.world._store_obj(copy.deepcopy(obj))
 
-    def delete(self, obj: Obj) -> None:
+    def delete(self, obj: Obj) -> bool:
         current = self._current(obj)
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
-            return
+            return False
         rv = obj["metadata"].get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise errors.Conflict("the object has been modified", reason="Conflict")
         self._log("delete", obj)
         meta = obj["metadata"]
         self.world.delete((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
+        return True
 
     def patch(self, obj: Obj, resource_version: str) -> Obj:
         current = self._current(obj)

@@ -12,7 +12,8 @@ wants another write of that child sends it only after the first has ended.
 Each write's failure is the child's, not the run's: a refused write (403, 422, a field
 conflict) is recorded in the :class:`~eventop.engine.desired.Outcome` and the others go
 on. Only an unavailable API server fails the run (after the other writes finished), so
-that it is retried.
+that it is retried; one found unreachable (no answer at all) stops the run's writes not
+sent yet (:class:`_FailFast`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Writer(Protocol):
     def create(self, obj: Obj) -> Obj: ...
     def apply(self, obj: Obj, *, force: bool, existing: Obj | None = None) -> Obj: ...
     def replace(self, obj: Obj) -> Obj: ...
-    def delete(self, obj: Obj) -> None: ...
+    def delete(self, obj: Obj) -> bool: ...
     def patch(self, obj: Obj, resource_version: str) -> Obj: ...
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> Obj | None: ...
     def read_after_conflict(self, obj: Obj, tried: str | None) -> Obj | None: ...
@@ -119,14 +120,17 @@ class StaleWrite(Exception):
 
 
 class _FailFast:
-    """A run's writer that stops sending once the API server is found unreachable: every
-    write of the run still to be sent fails at once with the same error, instead of each
-    trying on its own (a fan-out of 200 copies sent 200 requests into an outage on every
-    retry of the run: 1,500 in 13 s, a user's trial). The run is retried with backoff."""
+    """A run's writer that stops sending once the API server is found unreachable (no
+    answer at all, :class:`~eventop.kube.errors.Unreachable`): every write of the run still
+    to be sent fails at once with the same error, instead of each trying on its own (a
+    fan-out of 200 copies sent 200 requests into an outage on every retry of the run: 1,500
+    in 13 s, a user's trial). The run is retried with backoff. A 5xx answer does not trip
+    it: it may concern one object only (a webhook failing in one namespace), and the other
+    writes go on."""
 
     def __init__(self, writer: Writer) -> None:
         self._writer = writer
-        self._down: errors.Unavailable | None = None
+        self._down: errors.Unreachable | None = None
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._writer, name)
@@ -138,7 +142,7 @@ class _FailFast:
                 raise self._down
             try:
                 return attr(*args, **kwargs)
-            except errors.Unavailable as exc:
+            except errors.Unreachable as exc:
                 self._down = exc
                 raise
         return call
@@ -305,8 +309,7 @@ def _one(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
 def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
     try:
         if action.verb == "delete":
-            _delete(action, writer)
-            return "deleted", action.existing
+            return ("deleted" if _delete(action, writer) else "gone"), action.existing
         if action.verb == "create":
             return _create(action, writer, parent_uid)
         if action.verb == "patch":
@@ -326,14 +329,14 @@ def _write(action: Action, writer: Writer, parent_uid: str) -> tuple[str, Any]:
         return "errors", _error(action, exc, exc.status)
 
 
-def _delete(action: Action, writer: Writer) -> None:
+def _delete(action: Action, writer: Writer) -> bool:
     """Delete exactly the version the plan was made from (uid and resourceVersion
     preconditions): an object changed since, perhaps taken over by someone who removed our
     ownerReference while the cache had not seen it yet, is not deleted; the run is repeated
-    on a fresh read."""
+    on a fresh read. False if it was gone already (another replica deleted it)."""
     assert action.existing is not None
     try:
-        writer.delete(action.existing)
+        return writer.delete(action.existing)
     except errors.Conflict as exc:
         raise StaleWrite(f"{action.kind} {action.namespace}/{action.name} changed since it "
                          f"was read: not deleted ({exc})") from exc

@@ -115,7 +115,7 @@ class Kube:
                                      _request_timeout=timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
             KUBE_REQUESTS.labels(verb, resource_label(path), "error", self.field_manager).inc()
-            raise errors.Unavailable(f"{verb} {path}: Kubernetes API unreachable at "
+            raise errors.Unreachable(f"{verb} {path}: Kubernetes API unreachable at "
                                      f"{self.host}: {errors.transport_reason(exc)}") from exc
         KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
                              self.field_manager).inc()
@@ -126,7 +126,7 @@ class Kube:
         try:
             data = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise errors.Unavailable(f"{verb} {path}: the answer from {self.host} broke off "
+            raise errors.Unreachable(f"{verb} {path}: the answer from {self.host} broke off "
                                      f"(HTTP {resp.status}): {errors.transport_reason(exc)}"
                                      ) from exc
         if not 200 <= resp.status < 300:

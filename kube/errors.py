@@ -104,6 +104,12 @@ class Unavailable(KubeError):
     status = 503
 
 
+class Unreachable(Unavailable):
+    """No answer came at all (connection refused or reset, a timeout, an answer broken
+    off): the API server, or the way to it, is down, for every request alike. A 5xx is an
+    answer, and may concern one object only (a webhook failing for one namespace)."""
+
+
 _BY_STATUS: dict[int, type[KubeError]] = {
     400: Invalid, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Expired, 422: Invalid,
 }

@@ -281,9 +281,9 @@ def _notes(rule: Obj, kind: str, outcome: Outcome, reads: Reads) -> Iterable[Not
             why = ("the rule's ruleType changed" if deleted_kind != kind else
                    "their source is gone or no longer selected, or their namespace is no "
                    "longer a target")
-            # every run's: the deletes are this run's own (another replica's run, which found
-            # them gone, may have written the status already, and a note rides on a status
-            # change unless it is every run's)
+            # every run's: outcome.deleted holds this run's own deletes (those that found the
+            # copy gone, another replica's, are outcome.gone), and that replica may have
+            # written the status already: a note rides on a status change unless every run's
             notes.append(Note("Normal", "CopiesDeleted",
                               f"deleted {len(gone)} {deleted_kind}(s) no longer wanted ({why}): "
                               f"{_first(gone)}", every_run=True))

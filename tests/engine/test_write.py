@@ -150,7 +150,7 @@ def test_a_run_stops_sending_its_writes_once_the_api_server_is_found_unreachable
     class DownWriter:
         def create(self, obj: Obj) -> Obj:
             calls.append(obj["metadata"]["namespace"])
-            raise errors.Unavailable("create: Kubernetes API unreachable at x: refused")
+            raise errors.Unreachable("create: Kubernetes API unreachable at x: refused")
 
     actions = []
     for i in range(20):
@@ -165,3 +165,45 @@ def test_a_run_stops_sending_its_writes_once_the_api_server_is_found_unreachable
         calls.clear()
         execute(Plan(actions), DownWriter(), PARENT, submit=pool.submit)  # type: ignore[arg-type]
     assert 1 <= len(calls) <= 4  # only those already sent when the first answer came
+
+
+def test_an_answer_of_500_for_one_object_does_not_stop_the_runs_other_writes() -> None:
+    """A 5xx is an answer and may concern one object (a webhook failing in one namespace):
+    only no answer at all stops the run's writes (a reviewer's finding: a namespace whose
+    write always failed held back every write planned after it)."""
+    import pytest
+
+    from eventop.kube import errors
+
+    calls: list[str] = []
+
+    class OneFailing:
+        def create(self, obj: Obj) -> Obj:
+            ns = obj["metadata"]["namespace"]
+            calls.append(ns)
+            if ns == "team-0":
+                raise errors.Unavailable("Internal error: failed calling webhook")
+            return {**obj, "metadata": {**obj["metadata"], "uid": ns, "resourceVersion": "1"}}
+
+    actions = []
+    for i in range(10):
+        body = {**roster("ann"), "metadata": {**roster("ann")["metadata"],
+                                               "namespace": f"team-{i}"}}
+        actions.append(Action("create", "ConfigMap", f"team-{i}", "a-roster", body, None,
+                              Child(body)))
+    with pytest.raises(errors.Unavailable, match="webhook"):
+        execute(Plan(actions), OneFailing(), PARENT)  # type: ignore[arg-type]
+    assert calls == [f"team-{i}" for i in range(10)]
+
+
+def test_a_delete_that_finds_its_object_gone_is_gone_not_deleted() -> None:
+    """Another replica's delete came first (a 404): not this run's deletion to report."""
+    class GoneAlready:
+        def delete(self, obj: Obj) -> bool:
+            return False
+
+    existing = {**roster("ann"), "metadata": {**roster("ann")["metadata"], "uid": "c",
+                                               "resourceVersion": "3"}}
+    plan = Plan([Action("delete", "ConfigMap", "teams", "a-roster", None, existing)])
+    outcome = execute(plan, GoneAlready(), PARENT)  # type: ignore[arg-type]
+    assert outcome.deleted == [] and [o["metadata"]["uid"] for o in outcome.gone] == ["c"]

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -482,7 +482,8 @@ class Engine:
                 # A cache catching up (a CRD being installed, a watch resuming) is a wait,
                 # not a failure: a warning, as the router logs it for an event. A run cut
                 # short by the router stopping (its writes cancelled) is neither.
-                stopping = self._stop.is_set()
+                stopping = self._stop.is_set() and isinstance(
+                    exc, CancelledError | errors.Unavailable)
                 expected = stopping or isinstance(exc, errors.KubeError | LookupError
                                                   | ValueError)
                 level = logging.INFO if stopping else (

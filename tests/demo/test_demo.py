@@ -209,7 +209,7 @@ def test_an_unreachable_cluster_is_one_line_and_nothing_starts(tmp_path: Path) -
     proc = run_demo("--cluster", "--kubeconfig", str(config), env=demo_env())
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
-    assert line.startswith(f"python -m demo: cannot use the cluster of {config}: Unavailable: ")
+    assert line.startswith(f"python -m demo: cannot use the cluster of {config}: Unreachable: ")
     assert line.endswith("; nothing was started")
     assert "router" not in proc.stdout
 

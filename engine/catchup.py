@@ -58,6 +58,13 @@ class CatchUp:
             # event. Waiting for it would end in a 503 retried forever; ask the API server
             # for the object's current version instead, as for a Reference-mode event.
             rv = None
+        # What the informer's label selector is checked against: a Reference-mode event
+        # carries no labels, so the object the cache holds under that name stands in (a
+        # label-selected kind's deletion was otherwise not waited for, and the run read the
+        # object the cache still held: a deleted DaemonSet not made again).
+        probe = body
+        if event.object is None and informer.store is not None:
+            probe = informer.store.get(ref.namespace, ref.name) or body
         deleted = event.change == "delete"
         if rv is None and informer.synced and informer.store is not None:
             # A Reference-mode event names an object, not a version: the cache must reach the
@@ -75,7 +82,7 @@ class CatchUp:
                     # older delete delivered late, as Knative may): the cache must reach
                     # what is there, not drop it (it never would: 10 s, then a lookup).
                     deleted = False
-        if informer.matches(body) and not informer.wait_for(
+        if informer.matches(probe) and not informer.wait_for(
                 rv, body, self.wait(), deleted=deleted) \
                 and not (deleted and self.exists(ref)):
             now = self._ahead_of_server(event, rv)
@@ -88,7 +95,7 @@ class CatchUp:
         store = informer.store
         held = store.get(ref.namespace, ref.name) if store is not None else None
         since = store.learned_at(held if held is not None else body, rv, deleted=deleted) \
-            if store is not None and informer.matches(body) else None
+            if store is not None and informer.matches(probe) else None
         return (held if held is not None else body), since
 
     def _ahead_of_server(self, event: Event, rv: str | None) -> tuple[str | None, bool] | None:

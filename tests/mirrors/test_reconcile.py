@@ -504,6 +504,35 @@ def test_a_workload_deleted_in_reference_mode_is_found_by_its_name(
     assert recreated is not None and recreated["metadata"]["uid"] != old_uid
 
 
+def test_a_reference_mode_delete_waits_for_the_cache_to_see_the_workload_gone(
+        world: Any, engine: Engine) -> None:
+    """A Reference-mode event has no labels, and DaemonSets are cached by label: the event
+    was not held for the cache to see the deletion, and its run read the DaemonSet the cache
+    still held, making nothing (the test above failed now and then, in CI under load)."""
+    import threading
+
+    put(world, new_mirror("quay", upstream="https://quay.io", hostPort=5002))
+    mirror_event(world, engine, "quay", "add")
+    ds_name = Names.of("quay").daemonset
+    old_uid = world.get("apps/v1", "DaemonSet", ds_name, NS)["metadata"]["uid"]
+    world.hang_watches(True)  # the cache does not learn of the deletion yet
+    try:
+        world.remove("apps/v1", "DaemonSet", ds_name, NS)
+        answer = threading.Thread(target=handled, args=(engine, Event(
+            id="3", type=REF_PREFIX + "delete", source="test",
+            data={"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds_name,
+                  "namespace": NS})))
+        answer.start()
+        answer.join(1.0)
+        answered_before_the_cache_saw_it = not answer.is_alive()
+    finally:
+        world.hang_watches(False)
+    answer.join(20)
+    assert not answered_before_the_cache_saw_it
+    recreated = world.get("apps/v1", "DaemonSet", ds_name, NS)
+    assert recreated is not None and recreated["metadata"]["uid"] != old_uid
+
+
 def test_secrets_no_mirror_names_cause_no_reconcile(world: Any, engine: Engine) -> None:
     put(world, new_mirror("internal", upstream="https://registry.example.com", hostPort=5010,
                           credentialsSecretRef={"name": "internal-creds"}))

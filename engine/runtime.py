@@ -196,8 +196,9 @@ class Engine:
             if self._state(ctl)[0] == "ready":
                 self._queue_all(ctl)
 
-    def _queue_all(self, ctl: Controller) -> None:
-        store = self._store(*ctl.parent.key)
+    def _queue_all(self, ctl: Controller, store: Store | None = None) -> None:
+        """A run of every parent ``store`` holds (default: the synced cache's)."""
+        store = store if store is not None else self._store(*ctl.parent.key)
         for parent in store.items() if store is not None else ():
             self._add(ctl, Key.of(parent), None)
 
@@ -374,10 +375,8 @@ class Engine:
             # and each run waits for the sync as any run does.
             for ctl in self.controllers.values():
                 informer = self.cache.informer(*ctl.parent.key)
-                if any(k.key == kind for k in ctl.kinds()) and informer is not None \
-                        and informer.store is not None:
-                    for parent in informer.store.items():
-                        self._add(ctl, Key.of(parent), None)
+                if any(k.key == kind for k in ctl.kinds()) and informer is not None:
+                    self._queue_all(ctl, informer.store)
             return
         if self.elector is not None and not self.elector.is_leader:
             return  # another replica's watch starts the runs

@@ -61,9 +61,9 @@ API_ERRORS = Counter("eventop_watcher_api_errors_total",
                      "List/watch failures that were retried with backoff", ["resource"])
 
 
-
 #: How often a resource that stopped being served (its CRD deleted) is looked up again.
 GONE_POLL = 10.0
+
 
 class Expired(Exception):
     """The API server no longer has the history the watch asked for (410): list again."""

@@ -97,7 +97,8 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
     data_pvcs = reads.list("v1/PersistentVolumeClaim", ns, labels={
         **instance, "app.kubernetes.io/component": "server"})
     backup_pvc = reads.get("v1/PersistentVolumeClaim", names.backup_pvc, ns)
-    if meta.get("deletionTimestamp") or terminating:
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting or terminating:
         # by their claimRef: found even once the claims are gone (a scan of every
         # PersistentVolume, made only by a deletion)
         volumes = reads.list("v1/PersistentVolume")
@@ -105,7 +106,6 @@ def observe(db: Obj, reads: Reads, now: datetime | None = None) -> Observed:
         volumes = [pv for pv in (reads.get("v1/PersistentVolume", name) for name in sorted({
             str(pvc["spec"]["volumeName"]) for pvc in [*data_pvcs, backup_pvc]
             if pvc and (pvc.get("spec") or {}).get("volumeName")})) if pv is not None]
-    deleting = bool(meta.get("deletionTimestamp"))
     # servers labelled as its own that it does not own: its own orphaned by --cascade=orphan,
     # or an earlier Database's of its name (see Observed)
     foreign = [sts for sts in (reads.list("apps/v1/StatefulSet", ns, labels=instance)

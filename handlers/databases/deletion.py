@@ -110,10 +110,14 @@ def orphaning(db: Obj, observed: Observed) -> bool:
     run found either."""
     if observed.namespace_terminating:
         return False
-    finalizers = (db.get("metadata") or {}).get("finalizers") or []
     deleting = get_condition(db.get("status"), "Deleting") or {}
-    return (ORPHAN_FINALIZER in finalizers or bool(observed.orphaned_servers)
+    return (_orphan_finalizer(db) or bool(observed.orphaned_servers)
             or deleting.get("reason") in ORPHAN_REASONS)
+
+
+def _orphan_finalizer(db: Obj) -> bool:
+    """The garbage collector is still orphaning its children."""
+    return ORPHAN_FINALIZER in ((db.get("metadata") or {}).get("finalizers") or [])
 
 
 def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
@@ -148,8 +152,7 @@ def plan(db: Obj, spec: DatabaseSpec, observed: Observed) -> Plan:
             kept.append(_kept_secret(spec, observed.secret))
         elif step.finalize:
             deletions = [*deletions, observed.secret]
-    if step.finalize and (observed.foreign_claims or observed.foreign_servers) \
-            and step.condition[1] != "ServersOrphaned":
+    if step.finalize and not orphaned and (observed.foreign_claims or observed.foreign_servers):
         left = [*(f"PersistentVolumeClaim {c}" for c in observed.foreign_claims),
                 *(f"StatefulSet {s['metadata']['name']}" for s in observed.foreign_servers)]
         events.append(("Warning", "NotItsOwnLeft",
@@ -261,7 +264,7 @@ def _orphaned(db: Obj, observed: Observed, facts: Facts) -> _Step:
     left exactly as they are, never applied nor pruned (until the garbage collector has
     taken their ownerReferences off they still look like its own, and a step would stop
     and delete the servers it orphans); once it has, the Database goes, its data kept."""
-    if ORPHAN_FINALIZER in (db["metadata"].get("finalizers") or []):
+    if _orphan_finalizer(db):
         return _Step(("True", "Orphaning", "deleted with --cascade=orphan: waiting for the "
                       "garbage collector to orphan its children; nothing is stopped, "
                       "snapshotted or deleted"), leave_children=True)

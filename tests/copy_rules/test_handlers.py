@@ -241,20 +241,30 @@ def test_secret_contents_come_from_the_api_server_not_the_event(h: Harness) -> N
     assert {c["data"]["k"] for c in h.copies("Secret").values()} == {real}
 
 
-def test_a_reference_mode_secret_event_names_the_source_and_its_copies_follow(
-        h: Harness) -> None:
-    """Knative mode sends Secrets in Reference mode (their data never crosses the Broker):
-    the event names the Secret only, and the run reads it from the API server's side."""
+#: What a Reference-mode event of the Secret below carries: its name, not its data.
+REGCRED_REF = {"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "default"}
+
+
+def secret_source_changed(h: Harness) -> Obj:
+    """A Secret source copied by a rule, then changed (v1 -> v2) with the watcher's own
+    event of the change left undelivered: what a test delivers instead decides."""
     h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v1").decode()},
                        COPYRATOR))
     h.world_put(copy_rule("registry-credentials", "secret"))
     h.settle()
     changed = h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v2").decode()},
                                  COPYRATOR))
-    h.changes()  # the watcher's own event for it is not delivered: only the reference below
-    ref = {"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "default"}
-    outcomes = h.deliver(Event(id="s1", type=REF_PREFIX + "update", source="test", data=ref,
-                               extensions=kube_extensions(changed)))
+    h.changes()
+    return changed
+
+
+def test_a_reference_mode_secret_event_names_the_source_and_its_copies_follow(
+        h: Harness) -> None:
+    """Knative mode sends Secrets in Reference mode (their data never crosses the Broker):
+    the event names the Secret only, and the run reads it from the API server's side."""
+    changed = secret_source_changed(h)
+    outcomes = h.deliver(Event(id="s1", type=REF_PREFIX + "update", source="test",
+                               data=REGCRED_REF, extensions=kube_extensions(changed)))
     assert outcomes and all(o.ok for o in outcomes)
     copies = h.copies("Secret")
     assert set(copies) == {"team-a/regcred", "team-b/regcred"}
@@ -266,17 +276,10 @@ def test_a_late_reference_mode_delete_of_a_source_made_again_is_one_lookup_not_a
     """Knative delivers out of order: the delete of a Secret deleted and made again at once
     may come after it. Its name is there: the router waited the whole cache wait for its
     cache to drop it (10 s of a request slot, a Knative user's trial), then looked again."""
-    h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v1").decode()},
-                       COPYRATOR))
-    h.world_put(copy_rule("registry-credentials", "secret"))
-    h.settle()
-    again = h.world_put(secret("default", "regcred", {"k": base64.b64encode(b"v2").decode()},
-                               COPYRATOR))
-    h.changes()
-    ref = {"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "default"}
+    again = secret_source_changed(h)
     start = len(local_kube.requests)
-    h.deliver(Event(id="late-delete", type=REF_PREFIX + "delete", source="test", data=ref,
-                    extensions=kube_extensions(again)))
+    h.deliver(Event(id="late-delete", type=REF_PREFIX + "delete", source="test",
+                    data=REGCRED_REF, extensions=kube_extensions(again)))
     lookups = [r for r in reads(local_kube, start) if r[1].endswith("/secrets")]
     assert len(lookups) == 1, lookups  # the list by name a Reference-mode event costs
     assert {c["data"]["k"] for c in h.copies("Secret").values()} == {

@@ -413,13 +413,9 @@ def delete_orphaning(life: Life) -> None:
                              propagation="Orphan")
     life.gone(DB, life.name)
     sts = life.object("apps/v1/StatefulSet", server)
-    assert sts["spec"]["replicas"] == 1 and not sts["metadata"].get("ownerReferences")
-    assert data_volumes(life) == volumes
-    life.object("v1/Secret", life.names.secret)
-    if not life.cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]):
-        assert not life.cluster.list(f"{SNAPSHOTS}/VolumeSnapshot", life.namespace)
-    [event] = [e for e in life.cluster.list("v1/Event", life.namespace)
-               if e["reason"] == "ServersOrphaned"]
+    assert not sts["metadata"].get("ownerReferences")
+    left_running_and_kept(life, server, volumes)
+    event = only_event(life, "ServersOrphaned")
     assert event["type"] == "Warning" and server in event["message"]
     life.create(**life.spec)
     status = life.status("Initialized not taken from the orphaned Job", lambda s: condition(
@@ -429,11 +425,23 @@ def delete_orphaning(life: Life) -> None:
     # data volume and the Secret it reads stay; nothing is snapshotted.
     life.delete()
     life.gone(DB, life.name)
+    left_running_and_kept(life, server, volumes)
+    left = only_event(life, "NotItsOwnLeft")
+    assert server in left["message"] and volumes[0] in left["message"]
+
+
+def left_running_and_kept(life: Life, server: str, volumes: list[str]) -> None:
+    """The server runs on, its data volumes and the Secret it reads stay, and nothing was
+    snapshotted."""
     assert life.get("apps/v1/StatefulSet", server)["spec"]["replicas"] == 1
     assert data_volumes(life) == volumes
     life.object("v1/Secret", life.names.secret)
     if not life.cluster.kube.missing_kinds([(SNAPSHOTS, "VolumeSnapshot")]):
         assert not life.cluster.list(f"{SNAPSHOTS}/VolumeSnapshot", life.namespace)
-    [left] = [e for e in life.cluster.list("v1/Event", life.namespace)
-              if e["reason"] == "NotItsOwnLeft"]
-    assert server in left["message"] and volumes[0] in left["message"]
+
+
+def only_event(life: Life, reason: str) -> Obj:
+    """The one Event of ``reason`` in the life's namespace."""
+    [event] = [e for e in life.cluster.list("v1/Event", life.namespace)
+               if e["reason"] == reason]
+    return event

@@ -826,6 +826,27 @@ def test_a_child_write_refused_by_authorization_is_tried_again_within_the_short_
         eng.stop()
 
 
+def noting_snapshots() -> tuple[Controller, list[str]]:
+    """A controller of VolumeSnapshots (an add-on's CRD the tests install and delete) that
+    notes the name of every parent it runs for."""
+    seen: list[str] = []
+
+    def noting(parent: Obj, reads: Any) -> Desired:
+        seen.append(parent["metadata"]["name"])
+        return Desired(status=None)
+
+    ctl = Controller("snapshots", parent="snapshot.storage.k8s.io/v1/VolumeSnapshot",
+                     registry=Registry(), module="tests.engine")
+    ctl.reconcile(noting)
+    return ctl, seen
+
+
+def volume_snapshot(name: str) -> Obj:
+    return {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}}}
+
+
 def test_the_first_event_of_a_parent_kind_installed_late_makes_the_cache_serve_it_at_once(
         local_kube: Any, kube: Any) -> None:
     """CRDs applied after the router started: the cache looks for the kind every 10 s, and
@@ -836,15 +857,7 @@ def test_the_first_event_of_a_parent_kind_installed_late_makes_the_cache_serve_i
 
     from tests.kube.test_informer import SNAPSHOTS
 
-    seen: list[str] = []
-
-    def noting(parent: Obj, reads: Any) -> Desired:
-        seen.append(parent["metadata"]["name"])
-        return Desired(status=None)
-
-    ctl = Controller("snapshots", parent="snapshot.storage.k8s.io/v1/VolumeSnapshot",
-                     registry=Registry(), module="tests.engine")
-    ctl.reconcile(noting)
+    ctl, seen = noting_snapshots()
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=5.0)).start()
     try:
@@ -852,10 +865,7 @@ def test_the_first_event_of_a_parent_kind_installed_late_makes_the_cache_serve_i
         assert informer is not None and informer.missing_retry >= 10
         assert wait_until(lambda: informer.missing, 10)
         local_kube.put(yaml.safe_load(SNAPSHOTS.read_text()))
-        snapshot = local_kube.put({
-            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-            "metadata": {"name": "nightly", "namespace": NS},
-            "spec": {"source": {"persistentVolumeClaimName": "data"}}})
+        snapshot = local_kube.put(volume_snapshot("nightly"))
         with pytest.raises(CacheBehind, match="not served yet"):
             submit(eng, "add", snapshot)
         assert wait_until(lambda: informer.synced, 5)  # not the 10 s of the next poll
@@ -875,15 +885,7 @@ def test_a_run_of_a_parent_whose_crd_was_deleted_ends_quietly_and_its_return_run
 
     from tests.kube.test_informer import SNAPSHOTS
 
-    seen: list[str] = []
-
-    def noting(parent: Obj, reads: Any) -> Desired:
-        seen.append(parent["metadata"]["name"])
-        return Desired(status=None)
-
-    ctl = Controller("snapshots", parent="snapshot.storage.k8s.io/v1/VolumeSnapshot",
-                     registry=Registry(), module="tests.engine")
-    ctl.reconcile(noting)
+    ctl, seen = noting_snapshots()
     local_kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     crd = local_kube.put(yaml.safe_load(SNAPSHOTS.read_text()))
     eng = Engine([ctl], kube, settings=EngineSettings(workers=2, cache_wait=1.0)).start()
@@ -903,9 +905,7 @@ def test_a_run_of_a_parent_whose_crd_was_deleted_ends_quietly_and_its_return_run
         # served again (here: installed again; after a 404 in passing its objects are
         # there all along): what is listed is run, though no watch announced it
         local_kube.put(crd)
-        local_kube.put({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-                        "metadata": {"name": "weekly", "namespace": NS},
-                        "spec": {"source": {"persistentVolumeClaimName": "data"}}})
+        local_kube.put(volume_snapshot("weekly"))
         informer.look_again()
         assert wait_until(lambda: "weekly" in seen, 10)
     finally:

@@ -137,6 +137,17 @@ def test_a_refusal_that_keeps_coming_back_is_a_warning_once_then_debug_until_it_
                       ("WARNING", "Forbidden")]
 
 
+def creates_in_teams(count: int) -> list[Action]:
+    """One create of the roster in each of ``team-0`` ... ``team-<count - 1>``, in order."""
+    actions = []
+    for i in range(count):
+        body = {**roster("ann"), "metadata": {**roster("ann")["metadata"],
+                                               "namespace": f"team-{i}"}}
+        actions.append(Action("create", "ConfigMap", f"team-{i}", "a-roster", body, None,
+                              Child(body)))
+    return actions
+
+
 def test_a_run_stops_sending_its_writes_once_the_api_server_is_found_unreachable() -> None:
     """A fan-out of 200 copies sent 200 requests into an outage on every retry of its run
     (1,500 in 13 s, a user's trial): after the first unreachable answer the rest fail at
@@ -152,12 +163,7 @@ def test_a_run_stops_sending_its_writes_once_the_api_server_is_found_unreachable
             calls.append(obj["metadata"]["namespace"])
             raise errors.Unreachable("create: Kubernetes API unreachable at x: refused")
 
-    actions = []
-    for i in range(20):
-        body = {**roster("ann"), "metadata": {**roster("ann")["metadata"],
-                                               "namespace": f"team-{i}"}}
-        actions.append(Action("create", "ConfigMap", f"team-{i}", "a-roster", body, None,
-                              Child(body)))
+    actions = creates_in_teams(20)
     with pytest.raises(errors.Unavailable, match="unreachable"):
         execute(Plan(actions), DownWriter(), PARENT)  # type: ignore[arg-type]
     assert calls == ["team-0"]
@@ -185,12 +191,7 @@ def test_an_answer_of_500_for_one_object_does_not_stop_the_runs_other_writes() -
                 raise errors.Unavailable("Internal error: failed calling webhook")
             return {**obj, "metadata": {**obj["metadata"], "uid": ns, "resourceVersion": "1"}}
 
-    actions = []
-    for i in range(10):
-        body = {**roster("ann"), "metadata": {**roster("ann")["metadata"],
-                                               "namespace": f"team-{i}"}}
-        actions.append(Action("create", "ConfigMap", f"team-{i}", "a-roster", body, None,
-                              Child(body)))
+    actions = creates_in_teams(10)
     with pytest.raises(errors.Unavailable, match="webhook"):
         execute(Plan(actions), OneFailing(), PARENT)  # type: ignore[arg-type]
     assert calls == [f"team-{i}" for i in range(10)]

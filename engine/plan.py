@@ -17,6 +17,7 @@ Pure: no I/O. The rules every handler gets for free:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -86,8 +87,19 @@ def plan(ctl: Controller, parent: Obj, desired: Desired, reads: Reads, *,
             raise ValueError(f"{ctl.name}: two desired children are {kind} {ns}/{name}")
         wanted.add(slot)
         if not any(k.key == (api_version, kind) for k in ctl.owns):
+            declared = [str(k) for k in ctl.owns]
+            close = difflib.get_close_matches(f"{api_version}/{kind}", declared, n=1)
             raise ValueError(f"handler {ctl.name!r} wants a child of kind {api_version}/{kind}, "
-                             f"which it does not declare: add it to owns=[...]")
+                             "which it does not declare: "
+                             + (f"did you mean {close[0]}? Else add it to owns=[...]" if close
+                                else "add it to owns=[...]"))
+        namespaced = reads.namespaced((api_version, kind))
+        if namespaced is not None and namespaced != bool(ns):
+            raise ValueError(
+                f"handler {ctl.name!r} wants {kind} {name} without metadata.namespace, but "
+                f"{kind} is namespaced: give it the namespace it belongs in" if namespaced else
+                f"handler {ctl.name!r} wants {kind} {name} in namespace {ns!r}, but {kind} is "
+                "cluster-scoped: leave metadata.namespace out")
         if child.owned and not ns and parent["metadata"].get("namespace"):
             raise ValueError(
                 f"handler {ctl.name!r} wants {kind} {name} without a namespace as an owned "

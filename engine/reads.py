@@ -81,6 +81,11 @@ class Reads:
             self._store(k)  # raises UndeclaredKind
         return self._stores(k.api_version, k.kind) is not None
 
+    def namespaced(self, kind: KindSpec) -> bool | None:
+        """Whether objects of this declared kind live in namespaces, as the API server
+        serves it; None where that is not known (a test world's kind it holds no object of)."""
+        return self._store(kind).namespaced
+
     def metadata_only(self, kind: KindSpec) -> bool:
         """Whether the cache holds only the metadata of this kind's objects."""
         return self._declared[Kind.of(kind).key].metadata_only

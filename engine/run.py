@@ -185,6 +185,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
         try:
             parent = writer.patch_status(parent, status)
             result.status_written = True
+        except errors.Invalid as exc:
+            _parent_refused(ctl, parent, exc, "its status", writer, seen_conflicts)
+            raise
         except errors.Conflict:
             # The parent changed since this run read it. Mostly the other router replica,
             # having run the same change, wrote this very status (and posted its Events):
@@ -209,7 +212,12 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     for note in result.notes:
         writer.post_event(parent, note)
     if deleting and desired.done and not outcome.errors:
-        writer.set_finalizer(parent, finalizer or "", False)
+        try:
+            writer.set_finalizer(parent, finalizer or "", False)
+        except errors.Invalid as exc:
+            _parent_refused(ctl, parent, exc, f"the removal of its finalizer {finalizer}",
+                            writer, seen_conflicts)
+            raise
         result.summary += "; cleanup done, finalizer removed"
     return result
 
@@ -288,6 +296,28 @@ def _report_failure(ctl: Controller, parent: Obj, exc: Exception, writer: Writer
             writer.post_event(parent, note)
         except Exception as posting:  # the run's own failure is what propagates
             log.warning("%s: could not post the failure as an Event: %s", ctl.name, posting)
+
+
+def _parent_refused(ctl: Controller, parent: Obj, exc: errors.Invalid, what: str,
+                    writer: Writer, seen_conflicts: dict[str, set[str]] | None) -> None:
+    """A Warning Event on a parent whose own write the API server refuses as invalid: the
+    object as stored no longer passes its CRD's schema, mostly one made stricter since it was
+    stored (Kubernetes before 1.30 checks the whole object on every write, the status and
+    the finalizers included). Nothing the handler does can mend it, and the log alone would
+    leave the user wondering why the status never changes, or why a deletion never ends."""
+    if not ctl.refusal_events or seen_conflicts is None:
+        return
+    seen = seen_conflicts.setdefault(str(parent["metadata"]["uid"]), set())
+    message = (f"the API server refused {what}: {one_line(exc.message)}; the object as "
+               "stored does not pass its CustomResourceDefinition's schema (made stricter "
+               "since it was stored?): change what that names in its spec; retried with "
+               "backoff")
+    for note in _once(seen, "failed: ", {f"refused {what}": Note(
+            "Warning", "ParentRefused", message)}):
+        try:
+            writer.post_event(parent, note)
+        except Exception as posting:  # the refusal is what propagates
+            log.warning("%s: could not post the refusal as an Event: %s", ctl.name, posting)
 
 
 def _once(seen: set[str], kind: str, current: dict[str, Note]) -> list[Note]:

@@ -233,22 +233,17 @@ class Engine:
     def readiness(self) -> tuple[bool, str]:
         """Ready once every handler whose CRDs are installed has its caches synced; a
         handler waiting for a CRD is named but does not hold the others back."""
-        waiting, syncing, custom = [], [], False
+        waiting, syncing = [], []
         for ctl in self.controllers.values():
             state, kinds = self._state(ctl)
             if state == "missing":
-                waiting.append(f"{ctl.name} waits for {', '.join(kinds)} to be served")
-                custom = custom or any(is_custom(k.rpartition("/")[0]) for k in kinds)
+                waiting.append(f"{ctl.name} waits for {', '.join(kinds)} to be served "
+                               f"({_why_missing(kinds)})")
             elif state == "syncing":
                 syncing.append(f"{ctl.name} ({', '.join(kinds)})")
         if syncing:
             return False, "caches not synced yet: " + "; ".join(syncing)
-        text = "caches synced"
-        if waiting:
-            text += "; " + "; ".join(waiting) + (
-                " (a CustomResourceDefinition to install, e.g. kubectl apply -k crds/?)"
-                if custom else " (a group/version this API server does not enable)")
-        return True, text
+        return True, "; ".join(["caches synced", *waiting])
 
     # -- events in -------------------------------------------------------------------
 
@@ -574,3 +569,15 @@ class Engine:
         log.debug("%s %s: %s", ctl.name, key, result.summary)
         return _Ran(f"{key}: {result.summary}", result.retry or result.unsettled,
                     result.retry_cap, result.requeue_after, result.status_before_writes)
+
+
+def _why_missing(kinds: list[str]) -> str:
+    """What a kind the API server does not serve most likely means: a CRD to install, an
+    add-on's API, or (a kind of a dotless built-in group, which no CRD can add to) a typo."""
+    groups = [k.rpartition("/")[0].rpartition("/")[0] for k in kinds]
+    if any(is_custom(k.rpartition("/")[0]) for k in kinds):
+        return "a CustomResourceDefinition to install, e.g. kubectl apply -k crds/?"
+    if all("." not in g for g in groups):
+        return ("no CustomResourceDefinition can add a kind to a built-in group: check its "
+                "spelling in the handler's owns=/reads=")
+    return "an API this server does not enable, or an add-on's not installed"

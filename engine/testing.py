@@ -29,6 +29,7 @@ from eventop.engine.kinds import Key, Kind
 from eventop.engine.reads import Reads
 from eventop.engine.run import RunResult, run
 from eventop.kube import errors, is_terminating, now_rfc3339
+from eventop.kube.resources import ResourceTable
 from eventop.kube.store import Store
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 KindSpec = str | Kind | tuple[str, str]
+
+_BUILTIN = ResourceTable()  # the scope of Kubernetes' own kinds
 
 
 class World:
@@ -61,12 +64,16 @@ class World:
     # -- the outside world -------------------------------------------------------------
 
     def put(self, obj: Obj) -> Obj:
-        """Create or change an object as a user would (uid and resourceVersion filled in)."""
+        """Create or change an object as a user would (uid, resourceVersion and generation
+        filled in: a change of anything but metadata and status is a new generation)."""
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         current = self.get((obj["apiVersion"], obj["kind"]), meta["name"], meta.get("namespace"))
         meta.setdefault("uid", current["metadata"]["uid"] if current else str(uuid.uuid4()))
-        meta.setdefault("generation", 1)
+        if "generation" not in meta:  # as the API server: one more for each spec change
+            before = int(current["metadata"].get("generation") or 1) if current else 1
+            meta["generation"] = before + (current is not None
+                                           and _spec_of(current) != _spec_of(obj))
         meta.setdefault("creationTimestamp", now_rfc3339())
         return self._store_obj(obj)
 
@@ -155,12 +162,19 @@ class World:
     def _store(self, api_version: str, kind: str) -> Store:
         store = self._stores.get((api_version, kind))
         if store is None:
-            store = self._stores[(api_version, kind)] = Store(api_version, kind)
+            # A built-in kind's scope is known; another's is learnt from its first object
+            # (a namespaced parent put with its namespace, a cluster-scoped one without).
+            known = _BUILTIN.by_kind(api_version, kind)
+            store = self._stores[(api_version, kind)] = Store(
+                api_version, kind, namespaced=known.namespaced if known else None)
         return store
 
     def _store_obj(self, obj: Obj) -> Obj:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
-        self._store(obj["apiVersion"], obj["kind"]).put(obj)
+        store = self._store(obj["apiVersion"], obj["kind"])
+        if store.namespaced is None:
+            store.namespaced = bool(obj["metadata"].get("namespace"))
+        store.put(obj)
         return copy.deepcopy(obj)
 
     def _terminating(self, namespace: str) -> bool:
@@ -287,6 +301,11 @@ class _WorldWriter:
 
     def post_event(self, parent: Obj, note: Note) -> None:
         self.world.events.append((parent["metadata"]["name"], note))
+
+
+def _spec_of(obj: Obj) -> Obj:
+    """What a change of bumps ``metadata.generation``: all but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
 
 
 def _merge(base: Obj, patch: Obj) -> Obj:

@@ -48,10 +48,33 @@ def load(extra: str | None = None, builtin: str | None = None) -> Registry:
         if entry:
             module = import_handler_module(entry)
             own = getattr(module, "registry", None)
+            mine = Registry()
             if isinstance(own, Registry) and own is not default:
-                registry.include(own)
-            registry.include(default, module_prefix=module.__name__)
+                mine.include(own)
+            mine.include(default, module_prefix=module.__name__)
+            _check_registered(entry, module, mine)
+            registry.include(mine)
     return registry
+
+
+def _check_registered(entry: str, module: ModuleType, found: Registry) -> None:
+    """Refuse a handler module that registers nothing, or defines a controller it does not
+    register: either would start a router that is ready and never runs it."""
+    from eventop.engine.controller import Controller
+
+    registered = {id(c) for c in found.controllers}
+    stray = sorted(name for name, value in vars(module).items()
+                   if isinstance(value, Controller) and id(value) not in registered)
+    if stray:
+        raise HandlerLoadError(
+            f"EVENTOP_HANDLERS: {entry!r} defines the controller(s) {', '.join(stray)} but does "
+            "not register them: give the module a `registry = Registry()` and pass "
+            "Controller(..., registry=registry), or call registry.add(...)")
+    if not found:
+        raise HandlerLoadError(
+            f"EVENTOP_HANDLERS: {entry!r} registers no handler: decorate a function with "
+            "@on(...), or define a Controller(..., registry=registry) beside a module-level "
+            "`registry = Registry()` (README, Writing your own handler)")
 
 
 def import_handler_module(entry: str) -> ModuleType:

@@ -81,9 +81,10 @@ def slim(obj: Obj) -> Obj:
 class Store:
     """Objects of one kind by (namespace, name), with indexes; thread-safe."""
 
-    def __init__(self, api_version: str, kind: str, *, namespaced: bool = True) -> None:
+    def __init__(self, api_version: str, kind: str, *, namespaced: bool | None = True) -> None:
         self.api_version = api_version
         self.kind = kind
+        #: As discovery says; None: not known (a test world's kind it holds nothing of yet).
         self.namespaced = namespaced
         self._lock = threading.Lock()
         self._objects: dict[Key, Obj] = {}

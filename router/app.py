@@ -25,6 +25,7 @@ The app object is importable as ``gunicorn 'eventop.router.app:create_app()'``;
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -158,6 +159,35 @@ class Readiness:
                 self._result = (False, f"{type(exc).__name__}: {exc}")
             self._at = time.monotonic()
             return self._result
+
+
+def check_builtin_kinds(registry: Registry, kube: Kube) -> None:
+    """Raise ``ValueError`` when a handler declares a kind of a dotless built-in group
+    (``v1``, ``apps``, ``batch``...) that the API server does not serve.
+
+    No CustomResourceDefinition can add a kind there, so it is a typo (``ResourceQoute``),
+    and waiting for it, as for a CRD to install, would leave the router ready with a handler
+    that never runs. Called once at start (:func:`eventop.router.server.check_app`), as the
+    watcher checks its resources; an API server that does not answer (or refuses discovery)
+    is left to readiness."""
+    wanted: dict[str, dict[str, list[str]]] = {}
+    for (api_version, kind), names in registry.needed_kinds().items():
+        if "." not in api_version.rpartition("/")[0]:
+            wanted.setdefault(api_version, {})[kind] = names
+    for api_version, kinds in sorted(wanted.items()):
+        try:
+            served = {r.kind for r in kube.discover(api_version, timeout=(2.0, 3.0))}
+        except KubeError:
+            return
+        for kind in sorted(set(kinds) - served):
+            close = difflib.get_close_matches(kind, served, n=1)
+            raise ValueError(
+                f"{', '.join(kinds[kind])} declare(s) {api_version}/{kind}, which the API "
+                f"server does not serve"
+                + (f" (it serves no {api_version} at all)" if not served else "")
+                + ": no CustomResourceDefinition can add a kind to a built-in group; check "
+                "the spelling in owns=/reads=/@on"
+                + (f" (did you mean {api_version}/{close[0]}?)" if close else ""))
 
 
 def _kind_key(missing: str) -> tuple[str, str]:

@@ -185,7 +185,9 @@ def check_app(options: ServerOptions) -> None:
     built-in handler, a bad ``EVENTOP_MAX_BODY_BYTES``), each with its traceback, before
     gunicorn gives up with "Worker failed to boot". A child, not this process: the master
     must stay free of what handler modules do at import (threads, connections, metrics),
-    which belong to each worker. Costs one import of the app at start, a fraction of a second.
+    which belong to each worker. Costs one import of the app at start, a fraction of a second,
+    and, when the API server answers, one discovery request per built-in group/version the
+    handlers declare (:func:`eventop.router.app.check_builtin_kinds`: a misspelt kind).
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -196,7 +198,9 @@ def check_app(options: ServerOptions) -> None:
             quiet = os.open(os.devnull, os.O_WRONLY)
             os.dup2(quiet, 1)
             os.dup2(quiet, 2)
-            load_app(options)
+            app = load_app(options)
+            if not options.app:
+                _check_kinds(app)
         except BaseException as exc:
             os.write(write_end, describe_failure(exc).encode("utf-8", "replace"))
             status = 2
@@ -210,6 +214,19 @@ def check_app(options: ServerOptions) -> None:
                           f"{signal.Signals(os.WTERMSIG(status)).name}")
     if said:
         raise ConfigError(said)
+
+
+def _check_kinds(app: Any) -> None:
+    """The built-in kinds the handlers declare, against the API server (if it answers)."""
+    from eventop.kube.errors import Unavailable
+    from eventop.router.app import check_builtin_kinds
+
+    parts = app.extensions["eventop"]
+    try:
+        kube = parts["kube"].get()
+    except Unavailable:  # not configured or not reachable: readiness says so
+        return
+    check_builtin_kinds(parts["registry"], kube)
 
 
 def describe_failure(exc: BaseException) -> str:

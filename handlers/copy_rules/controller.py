@@ -169,6 +169,10 @@ def _spec_notes(rule: Obj, existing: set[str]) -> list[str]:
     missing = sorted({str(n) for n in [*sources, *named_targets]} - existing)
     if missing:
         notes.append(f"namespace(s) named in the spec do not exist: {', '.join(missing)}")
+    targets = spec.get("targetNamespaces") or {}
+    if targets.get("names") == [] and not targets.get("selector"):
+        notes.append("targetNamespaces.names is empty, which names no namespace: omit it for "
+                     "the default targets")
     publishing = [n for n in named_targets if n in sources]
     if publishing:
         notes.append(f"targetNamespaces.names names the source namespace(s) "
@@ -275,12 +279,17 @@ def _notes(rule: Obj, kind: str, outcome: Outcome, reads: Reads) -> Iterable[Not
     if outcome.deleted:
         # Deleting a source, unlabelling it or narrowing the targets removes copies from
         # every namespace at once: a Pod starting there meanwhile misses its pull Secret.
+        sources = set(source_namespaces(rule))
         for deleted_kind in sorted({str(o.get("kind")) for o in outcome.deleted}):
             gone = sorted(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}"
                           for o in outcome.deleted if o.get("kind") == deleted_kind)
+            in_sources = sorted({o["metadata"].get("namespace") for o in outcome.deleted
+                                 if o.get("kind") == deleted_kind} & sources)
             why = ("the rule's ruleType changed" if deleted_kind != kind else
                    "their source is gone or no longer selected, or their namespace is no "
-                   "longer a target")
+                   "longer a target"
+                   + (f"; {', '.join(in_sources)} is a source namespace of this rule, and a "
+                      "source namespace gets no copies" if in_sources else ""))
             # every run's: outcome.deleted holds this run's own deletes (those that found the
             # copy gone, another replica's, are outcome.gone), and that replica may have
             # written the status already: a note rides on a status change unless every run's

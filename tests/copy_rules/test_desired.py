@@ -411,6 +411,18 @@ def test_what_in_the_spec_copies_nothing_is_said_whatever_else_ready_says() -> N
         "names the source namespace(s) default: no copy goes into a source namespace")
 
 
+def test_an_empty_list_of_target_names_is_said_in_ready() -> None:
+    """The CRD accepts ``names: []`` (stored rules must stay writable), so the rule says
+    what it means: no target at all."""
+    world = World([rule(targets={"names": []}), ns("default"), ns("team-a"),
+                   cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "team-a") is None
+    assert ready_of(world, "main-rule")["message"].endswith(
+        "; targetNamespaces.names is empty, which names no namespace: omit it for the default "
+        "targets")
+
+
 def test_a_rule_with_no_source_says_what_it_looks_for() -> None:
     world = World([rule(namespaces=("platform",)), ns("platform"), ns("team-a")])
     world.reconcile(rules, "main-rule")
@@ -434,6 +446,24 @@ def test_copies_deleted_because_their_source_went_are_one_normal_event() -> None
         "deleted 2 ConfigMap(s) no longer wanted (their source is gone or no longer selected, "
         "or their namespace is no longer a target): team-a/registry-config, "
         "team-b/registry-config")
+
+
+def test_a_copy_deleted_because_its_namespace_became_a_source_namespace_says_so() -> None:
+    """A copy in a namespace that is (now) one of the rule's source namespaces is deleted:
+    the Event named only a source gone or a target dropped, neither of which had happened
+    (an upgrade trial: a copy an earlier version had made there)."""
+    world = World([rule(), ns("default"), ns("platform"), cm("registry-config")])
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "platform") is not None
+    world.put(rule(namespaces=("default", "platform")))
+    world.events.clear()
+    world.reconcile(rules, "main-rule")
+    assert world.get("v1/ConfigMap", "registry-config", "platform") is None
+    [note] = [n for _, n in world.events if n.reason == "CopiesDeleted"]
+    assert note.message == (
+        "deleted 1 ConfigMap(s) no longer wanted (their source is gone or no longer selected, "
+        "or their namespace is no longer a target; platform is a source namespace of this "
+        "rule, and a source namespace gets no copies): platform/registry-config")
 
 
 def test_copies_deleted_by_a_rule_type_change_are_named_by_their_own_kind() -> None:

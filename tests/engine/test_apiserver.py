@@ -12,6 +12,7 @@ from eventop.engine.desired import Child
 from eventop.kube import Kube, NotFound
 from eventop.kube.errors import Invalid
 from eventop.kube.informer import Cache
+from tests.engine.stricter_crd import parent_refused_by_a_stricter_crd
 
 Obj = dict[str, Any]
 
@@ -422,3 +423,12 @@ def test_a_status_worked_out_from_an_older_parent_is_not_written_over_a_newer_on
     assert result.retry and not result.status_written  # run again, on the newer parent
     assert kube.get("eventop.dev/v1", "ExchangeRate", "usd-behind", "default")["status"] == {
         "rate": "1.1"}
+
+
+def test_a_parent_its_crd_no_longer_accepts_gets_one_warning_saying_why_nothing_is_written(
+        kube: Kube) -> None:
+    """A CRD made stricter after a parent was stored: the API server (v1.24, as the real one
+    does: tests/engine/test_cluster.py runs the same) checks the whole object on a status
+    write too, so every run's status write was refused, with nothing but ERROR lines in the
+    router's log (an upgrade trial: 307 refusals a minute, the status frozen)."""
+    parent_refused_by_a_stricter_crd(kube, "example.com", "default")

@@ -223,3 +223,23 @@ def test_writes_around_an_object_being_deleted_behave_as_on_the_local_server(cas
         getattr(test_apiserver, case)(kube, ns)
     finally:
         kube.delete("v1", "Namespace", ns, None)
+
+
+def test_a_parent_its_crd_no_longer_accepts_gets_one_warning_on_the_real_api_server() -> None:
+    """The real v1.24 API server checks the whole stored object on a status write: a CRD
+    made stricter refuses the status of a parent stored before (the local one does too:
+    tests/engine/test_apiserver.py)."""
+    from tests.engine.stricter_crd import parent_refused_by_a_stricter_crd
+
+    kubeconfig = os.environ.get("EVENTOP_TEST_KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("cluster suite: set EVENTOP_TEST_KUBECONFIG to run it")
+    kube = Kube.connect(kubeconfig=kubeconfig)
+    suffix = uuid.uuid4().hex[:6]
+    group, ns = f"s{suffix}.example.com", f"stricter-{suffix}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        parent_refused_by_a_stricter_crd(kube, group, ns)
+    finally:
+        kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"widgets.{group}")
+        kube.delete("v1", "Namespace", ns)

@@ -3,6 +3,7 @@ pure function returns becomes the right writes, and nothing more."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -411,6 +412,44 @@ def test_a_child_of_an_undeclared_kind_is_refused() -> None:
     ctl.reconcile(lambda t, reads: Desired([roster(t)]))
     with pytest.raises(ValueError, match="v1/ConfigMap, which it does not declare"):
         World([team("a", ["ann"])]).reconcile(ctl, "a", "teams")
+
+
+def test_a_misspelt_child_kind_is_refused_with_the_declared_kind_it_resembles() -> None:
+    """"add it to owns=[...]" sent a user who had misspelt the kind to declare the typo too."""
+    ctl = Controller("sloppy", parent=TEAM, owns=["v1/ConfigMap"], registry=Registry())
+    ctl.reconcile(lambda t, reads: Desired([{**roster(t), "kind": "ConfigMapp"}]))
+    with pytest.raises(ValueError, match=r"v1/ConfigMapp, which it does not declare: did you "
+                                         r"mean v1/ConfigMap\? Else add it to owns=\[...\]"):
+        World([team("a", ["ann"])]).reconcile(ctl, "a", "teams")
+
+
+@pytest.mark.parametrize(("namespace", "said"), [
+    (None, "wants ConfigMap a-roster without metadata.namespace, but ConfigMap is namespaced: "
+           "give it the namespace it belongs in"),
+    ("teams", None)])
+def test_a_child_without_the_namespace_its_kind_needs_is_refused_in_a_test_world_too(
+        namespace: str | None, said: str | None) -> None:
+    """The test world took a namespaced child without a namespace; the real API server then
+    answered 405, "the server does not allow this method on the requested resource" (a
+    user's trial)."""
+    ctl = teams_controller()
+
+    @ctl.reconcile
+    def want(t: Obj, reads: Any) -> Desired:
+        child = roster(t)
+        child["metadata"].pop("namespace")
+        if namespace:
+            child["metadata"]["namespace"] = namespace
+        return Desired([Child(child, owned=False)])
+
+    world = World([team("a", ["ann"])])
+    if said is None:
+        world.reconcile(ctl, "a", "teams")
+        assert world.writes == [("create", "ConfigMap", "teams", "a-roster")]
+        return
+    with pytest.raises(ValueError, match=re.escape(said)):
+        world.reconcile(ctl, "a", "teams")
+    assert world.writes == []
 
 
 def test_changes_map_to_parents_through_owners_and_mapping_functions() -> None:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +138,50 @@ def test_configuration_mistakes_are_one_line_and_exit_status_2(
     assert line.startswith("python -m eventop.router: error: ")
     assert said in line
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("from eventop.engine import Controller, Desired\n"
+     "c = Controller('noreg', parent='example.com/v1/TeamQuota', owns=['v1/ResourceQuota'])\n"
+     "c.reconcile(lambda tq, reads: Desired([]))\n",
+     "defines the controller(s) c but does not register them: give the module a `registry = "
+     "Registry()` and pass Controller(..., registry=registry)"),
+    ("import json\n", "registers no handler: decorate a function with @on(...)"),
+])
+def test_a_handler_module_that_registers_nothing_is_one_line_and_exit_status_2(
+        tmp_path: Path, source: str, said: str) -> None:
+    """Such a router was ready, and the watcher watched nothing, silently (a user's trial:
+    Controller(...) without registry=registry)."""
+    module = tmp_path / "teamquota.py"
+    module.write_text(source)
+    proc = _router({"EVENTOP_HANDLERS": str(module), "EVENTOP_BUILTIN_HANDLERS": "none"})
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"python -m eventop.router: error: EVENTOP_HANDLERS: "
+                           f"{str(module)!r} ")
+    assert said in line
+
+
+def test_a_misspelt_built_in_kind_is_one_line_and_exit_status_2(tmp_path: Path,
+                                                                 local_kube: Any) -> None:
+    """No CRD can add a kind to a built-in group: the router used to turn ready, saying the
+    handler "waits for v1/ConfigMapp to be served", and never run it (a user's trial)."""
+    module = tmp_path / "typo.py"
+    module.write_text(
+        "from eventop.engine import Controller, Desired\n"
+        "from eventop.handlers import Registry\n"
+        "registry = Registry()\n"
+        "c = Controller('typo', parent='v1/Namespace', owns=['v1/ConfigMapp'],\n"
+        "               registry=registry)\n"
+        "c.reconcile(lambda ns, reads: Desired([]))\n")
+    proc = _router({"EVENTOP_HANDLERS": str(module), "EVENTOP_BUILTIN_HANDLERS": "none",
+                    "EVENTOP_KUBE_URL": local_kube.url})
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line == (
+        "python -m eventop.router: error: typo declare(s) v1/ConfigMapp, which the API server "
+        "does not serve: no CustomResourceDefinition can add a kind to a built-in group; check "
+        "the spelling in owns=/reads=/@on (did you mean v1/ConfigMap?)")
 
 
 def test_a_kubeconfig_the_workers_could_not_load_is_one_line_and_exit_status_2(

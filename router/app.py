@@ -252,10 +252,13 @@ def controller_outcomes(engines: EngineProvider, event: Event) -> list[Outcome]:
         return [Outcome("engine", False, 0.0, str(exc), exc)]
 
 
-def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Flask:
+def create_app(registry: Registry | None = None, kube: Kube | None = None, *,
+               start_engine: bool = True) -> Flask:
     """The router app. ``registry`` defaults to :func:`eventop.handlers.load` (built-in
     handlers plus ``EVENTOP_HANDLERS``); ``kube`` defaults to ``Kube.connect()``, made once per
-    worker process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster)."""
+    worker process on first use (``EVENTOP_KUBE_URL``, kubeconfig or in-cluster).
+    ``start_engine=False``: the engine starts with the first event or probe, not at once (an
+    app built only to be checked must not take the Lease or watch anything)."""
     logs.configure()
     if registry is None:
         from eventop import handlers
@@ -271,7 +274,7 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None) -> Fl
     token = auth.configured_token()
     app.extensions["eventop"] = {"registry": registry, "kube": provider,
                                  "readiness": readiness, "engine": engines}
-    if engines:
+    if engines and start_engine:
         engines.start_soon()
 
     def finish(status: int, outcome: str, info: dict[str, Any], start: float,

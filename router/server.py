@@ -163,8 +163,9 @@ def _gunicorn_logger(log_format: str) -> type[GunicornLogger]:
     return Logger
 
 
-def load_app(options: ServerOptions) -> Any:
-    """The WSGI app a worker serves: the router (logging set up), or ``options.app``."""
+def load_app(options: ServerOptions, *, start: bool = True) -> Any:
+    """The WSGI app a worker serves: the router (logging set up), or ``options.app``;
+    ``start=False`` builds it without starting its engine (:func:`check_app`)."""
     if options.app:
         import importlib
 
@@ -174,7 +175,7 @@ def load_app(options: ServerOptions) -> Any:
     from eventop.router.app import create_app
 
     logs.configure(options.log_level, force=True, log_format=options.log_format)
-    return create_app()
+    return create_app(start_engine=start)
 
 
 def check_app(options: ServerOptions) -> None:
@@ -198,7 +199,7 @@ def check_app(options: ServerOptions) -> None:
             quiet = os.open(os.devnull, os.O_WRONLY)
             os.dup2(quiet, 1)
             os.dup2(quiet, 2)
-            app = load_app(options)
+            app = load_app(options, start=False)
             if not options.app:
                 _check_kinds(app)
         except BaseException as exc:

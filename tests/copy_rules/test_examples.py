@@ -59,8 +59,6 @@ def test_examples_cover_both_rule_types_and_target_narrowing() -> None:
     {"ruleType": "configmap", "namespaces": ["default"],
      "selector": {"matchExpressions": [{"key": "a", "operator": "Equals"}]}},
     {"ruleType": "secret", "namespaces": ["default"], "targetNamespaces": {"names": ["a_b"]}},
-    # an empty list of targets (a template's empty rendering) must not pass for "every one"
-    {"ruleType": "secret", "namespaces": ["default"], "targetNamespaces": {"names": []}},
 ])
 def test_crd_schema_rejects_invalid_specs(spec: dict[str, Any]) -> None:
     doc = {"apiVersion": "eventop.dev/v1", "kind": "CopyRule", "metadata": {"name": "x"},

@@ -55,6 +55,7 @@ from eventop.handlers.exchange_rates.desired import (
     earlier_ones,
     good_since,
     is_converged,
+    written_ahead,
     written_at,
 )
 from eventop.handlers.registry import Registry
@@ -66,6 +67,10 @@ registry = Registry()
 log = logging.getLogger("eventop.exchange_rates")
 
 Obj = dict[str, Any]
+
+#: Seconds until a run that found its ConfigMap written ahead of its status (another
+#: replica's run between its two writes) looks again.
+AHEAD_RECHECK = 2.0
 
 rates = Controller("exchange-rates", parent=EXCHANGE_RATE, owns=[CONFIGMAP],
                    registry=registry,
@@ -88,9 +93,15 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
              "failure_not_before": good_since(cr, cm)}
     converged = is_converged(cr, cm)
     answer = answers.recent(base_of(cr), currency_of(cr), **since, run_failures=not converged)
+    now = now_rfc3339()
+    if answer is None and not converged and written_ahead(cr, cm, now, fetch.TTL):
+        return Desired(prune=False, requeue_after=AHEAD_RECHECK, summary=(
+            f"ExchangeRate {meta['namespace']}/{meta['name']}: its ConfigMap holds an answer "
+            f"fetched at {written_at(cm)} that its status does not yet (another replica "
+            f"writes it next): looked at again in {AHEAD_RECHECK:g}s, not asked again"))
     if answer is None and not converged:
         answer = answers.fetch(base_of(cr), currency_of(cr), **since)
-    return desired(cr, cm, answer, now_rfc3339())
+    return desired(cr, cm, answer, now)
 
 
 @rates.triggers(REFRESH_TYPE, PING_TYPE)

@@ -40,7 +40,7 @@ A spec no provider can answer (a rate of a currency against itself) raises the e
 from __future__ import annotations
 
 from datetime import date as Date
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from eventop.engine import Child, Desired, Note, Outcome, SpecError
@@ -165,6 +165,33 @@ def is_converged(cr: Obj, cm: Obj | None) -> bool:
     data = cm.get("data") or {}
     return (data.get("base") == base_of(cr) and data.get("currency") == currency_of(cr)
             and data.get("rate") == status.get("rate"))
+
+
+def written_ahead(cr: Obj, cm: Obj | None, now: str, within: float) -> bool:
+    """Does ``cm`` hold an answer for this spec that the status does not hold yet, fetched
+    less than ``within`` seconds before ``now``? Then another router replica's run is
+    between its ConfigMap write and its status write (in that order), and this run, started
+    by that ConfigMap change, would ask the provider for what the other has just asked.
+
+    Only a recent ``fetchedAt`` counts, never one after ``now``: a ConfigMap edited by hand
+    with a recent one is put back at most ``within`` seconds later, one dated in the future
+    at once."""
+    if cm is None or not is_ours(cm, cr):
+        return False
+    data = cm.get("data") or {}
+    fetched = written_at(cm)
+    if (data.get("base"), data.get("currency")) != (base_of(cr), currency_of(cr)) \
+            or not fetched or fetched <= decided_at(cr) or fetched > now:
+        return False
+    try:
+        age = _seconds(now) - _seconds(fetched)
+    except ValueError:
+        return False
+    return age < within
+
+
+def _seconds(when: str) -> float:
+    return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
 
 
 def written_at(cm: Obj | None) -> str:

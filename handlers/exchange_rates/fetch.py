@@ -106,6 +106,8 @@ class Answers:
         self._failed: dict[str, Answer] = {}
         #: The request for a base under way, if any: set once it is answered and kept.
         self._flights: dict[str, threading.Event] = {}
+        #: When a refresh last asked the provider for each base (the clock's time).
+        self._asked: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def refresh(self, wanted: dict[str, set[str]]) -> list[str]:
@@ -115,7 +117,10 @@ class Answers:
         again (see the module docstring). Returns the bases the provider was asked for."""
         deadline = self.client.clock() + self.client.refresh_budget
         asked: list[str] = []
-        for base, currencies in sorted(wanted.items()):
+        # The base asked longest ago first: with a provider so slow that the budget runs out,
+        # the bases left out this time are the first asked next time, never the same ones.
+        for base, currencies in sorted(wanted.items(),
+                                       key=lambda item: (self._asked.get(item[0], 0.0), item)):
             if self._latest(base, currencies, "", "") is not None:
                 continue
             # a refresh delivered twice at once asks once: the second waits for the first
@@ -125,6 +130,8 @@ class Answers:
                     if self._latest(base, currencies, "", "") is not None:
                         continue
                 result = self._ask(base, currencies, deadline)
+                if not (isinstance(result, ProviderError) and result.not_asked):
+                    self._asked[base] = self.clock()
                 asked.append(base)
                 self._keep(self._refreshed, base, currencies, result)
         return asked

@@ -113,10 +113,12 @@ class ProviderError(Exception):
     transient = False
 
     def __init__(self, message: str, *, status: int | None = None,
-                 transient: bool | None = None) -> None:
+                 transient: bool | None = None, not_asked: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        #: No request was sent (the time ran out before the first attempt).
+        self.not_asked = not_asked
         if transient is not None:  # this failure's own answer, not its class's
             self.transient = transient
 
@@ -403,6 +405,11 @@ class FrankfurterClient:
             raise ProviderRateLimited(
                 f"{where}: {last}, after {attempt} attempt(s) (the provider is reachable but "
                 "refuses more requests for now)", status=429, transient=True)
+        if attempt == 0:  # the refresh's time went to other bases before this one
+            raise ProviderUnavailable(
+                f"{where}: not asked: the refresh's {self.refresh_budget:g}s went to other "
+                "base currencies first (the provider answers slowly); it is asked first at "
+                "the next refresh", not_asked=True)
         raise ProviderUnavailable(f"{where}: {last}, after {attempt} attempt(s) (is the "
                                   "provider reachable from the cluster?)")
 

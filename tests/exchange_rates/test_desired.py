@@ -807,3 +807,37 @@ def test_a_key_added_by_hand_stays_until_the_next_new_rate_replaces_the_data(
     requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-23", USD="1.0799"))
     refresh(world)
     assert "note" not in configmap(world, "er")["data"]  # type: ignore[index]
+
+
+def test_a_provider_too_slow_for_every_base_leaves_out_other_bases_at_each_refresh(
+        requests_mock: rm.Mocker) -> None:
+    """The bases were asked in alphabetical order under one budget: with a slow provider the
+    last ones were never asked, refresh after refresh, and their ExchangeRates said "no
+    attempt made ... (is the provider reachable from the cluster?)" (a user's trial)."""
+    clock = Clock()
+    client = FrankfurterClient(BASE_URL, sleep=clock.advance, clock=clock, refresh_budget=20.0)
+    asked: list[str] = []
+
+    def slowly(base: str) -> Any:
+        def respond(request: Any, context: Any) -> bytes:
+            asked.append(base)
+            clock.advance(9.0)  # answers within the read timeout, slowly
+            return answer(base, "2026-11-20", **{"USD" if base != "USD" else "EUR": "1.1"})
+        return respond
+
+    for base in ("CHF", "EUR", "GBP", "JPY"):
+        requests_mock.get(base_url(base), content=slowly(base))
+    kept = fetch.Answers(client, clock=clock)
+    wanted = {base: {"USD"} for base in ("CHF", "EUR", "GBP", "JPY")}
+    kept.refresh(wanted)
+    assert asked == ["CHF", "EUR", "GBP"]  # 27 s: no time left to start JPY
+    left_out = kept.recent("JPY", "USD")
+    assert isinstance(left_out, ProviderUnavailable)
+    assert left_out.message == (
+        f"{BASE_URL}/latest?from=JPY: not asked: the refresh's 20s went to other base "
+        "currencies first (the provider answers slowly); it is asked first at the next "
+        "refresh")
+    clock.advance(3600)
+    asked.clear()
+    kept.refresh(wanted)
+    assert asked == ["JPY", "CHF", "EUR"]

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -62,6 +63,8 @@ class Kube:
         #: The count and resourceVersion of each Event this process posted (client-go's
         #: event cache): a repeat is one PATCH, not a create refused 409, a read, a patch.
         self._event_counts: Recent[tuple[str, str], tuple[int, str]] = Recent(EVENT_CACHE)
+        #: When the API server last answered (monotonic; shared by the siblings).
+        self._answered = [-float("inf")]
 
     # -- construction --------------------------------------------------------------
 
@@ -85,6 +88,7 @@ class Kube:
             sibling.resources = self.resources
             sibling._siblings = self._siblings
             sibling._event_counts = self._event_counts
+            sibling._answered = self._answered
             self._siblings[field_manager] = sibling
         return sibling
 
@@ -119,6 +123,8 @@ class Kube:
                                      f"{self.host}: {errors.transport_reason(exc)}") from exc
         KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
                              self.field_manager).inc()
+        if resp.status < 500:
+            self._answered[0] = time.monotonic()
         if stream and 200 <= resp.status < 300:
             return resp.response
         # The body is read only now (the client does not preload it): a connection cut or
@@ -535,6 +541,12 @@ class Kube:
             served = {r.kind for r in self.discover(api_version, timeout=(2.0, 3.0))}
             missing += [f"{kind}.{api_version}" for kind in sorted(wanted - served)]
         return missing
+
+    def answered_within(self, seconds: float) -> bool:
+        """Did the API server answer a request of this client (any, a watch's start or an
+        error of the caller's, but not a 5xx) in the last ``seconds``? Readiness then
+        needs no request of its own to know it is reachable."""
+        return time.monotonic() - self._answered[0] < seconds
 
     def ping(self) -> None:
         """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""

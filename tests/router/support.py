@@ -95,13 +95,20 @@ class FakeKube:
         self.reachable = reachable
         self.crds_installed = crds_installed
         self.pings = 0
+        self.discoveries = 0
+        #: Whether the API server answered another request of the router's just now.
+        self.answered_recently = False
 
     def ping(self) -> None:
         self.pings += 1
         if not self.reachable:
             raise Unavailable("version /version: Kubernetes API unreachable at http://fake-api")
 
+    def answered_within(self, seconds: float) -> bool:
+        return self.answered_recently
+
     def missing_kinds(self, kinds: set[tuple[str, str]]) -> list[str]:
+        self.discoveries += 1
         return [] if self.crds_installed else sorted(f"{k}.{v}" for v, k in kinds)
 
 

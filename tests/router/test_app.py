@@ -372,6 +372,37 @@ def test_readyz_pings_again_once_the_cached_answer_expired(recorder: Recorder) -
 
 
 
+def test_readyz_makes_no_request_when_the_api_answered_another_one_just_now(
+        recorder: Recorder) -> None:
+    """Probes every 5 s cost each replica 24 requests a minute (a ping and a discovery each):
+    more than its watches and its Lease together (a trial's count on a real API server)."""
+    kube = FakeKube()
+    kube.answered_recently = True
+    app = create_app(registry=recorder.registry, kube=kube)
+    app.extensions["eventop"]["readiness"].ttl = 0.0
+    client = app.test_client()
+    assert [client.get("/readyz").status_code for _ in range(5)] == [200] * 5
+    assert (kube.pings, kube.discoveries) == (0, 1)  # once all CRDs are served, once a minute
+    kube.answered_recently = False
+    assert client.get("/readyz").status_code == 200
+    assert kube.pings == 1
+
+
+def test_a_real_client_knows_when_the_api_server_last_answered(kube: Any) -> None:
+    from eventop.kube import Kube, errors
+
+    fresh = Kube.connect(url=kube.host)
+    assert not fresh.answered_within(10.0)
+    with pytest.raises(errors.NotFound):  # an answer all the same
+        fresh.get("v1", "ConfigMap", "nowhere", "default")
+    assert fresh.answered_within(10.0)
+    assert fresh.for_manager("other").answered_within(10.0)  # one API server for all
+    unreachable = Kube.connect(url="http://127.0.0.1:9")
+    with pytest.raises(errors.Unavailable):
+        unreachable.ping()
+    assert not unreachable.answered_within(10.0)
+
+
 def test_readyz_is_503_when_no_kubernetes_api_is_configured(
         recorder: Recorder, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     no_kube_configured(monkeypatch, tmp_path)

@@ -63,8 +63,9 @@ class Kube:
         #: The count and resourceVersion of each Event this process posted (client-go's
         #: event cache): a repeat is one PATCH, not a create refused 409, a read, a patch.
         self._event_counts: Recent[tuple[str, str], tuple[int, str]] = Recent(EVENT_CACHE)
-        #: When the API server last answered (monotonic; shared by the siblings).
-        self._answered = [-float("inf")]
+        #: When the API server last answered, and last failed to (monotonic; shared by the
+        #: siblings: one API server).
+        self._answered = [-float("inf"), -float("inf")]
 
     # -- construction --------------------------------------------------------------
 
@@ -118,13 +119,13 @@ class Kube:
             resp = self.api.call_api(m, url, hdrs, b, post,
                                      _request_timeout=timeout or self.timeout)
         except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
+            self._answered[1] = time.monotonic()
             KUBE_REQUESTS.labels(verb, resource_label(path), "error", self.field_manager).inc()
             raise errors.Unreachable(f"{verb} {path}: Kubernetes API unreachable at "
                                      f"{self.host}: {errors.transport_reason(exc)}") from exc
         KUBE_REQUESTS.labels(verb, resource_label(path), str(resp.status),
                              self.field_manager).inc()
-        if resp.status < 500:
-            self._answered[0] = time.monotonic()
+        self._answered[resp.status >= 500] = time.monotonic()
         if stream and 200 <= resp.status < 300:
             return resp.response
         # The body is read only now (the client does not preload it): a connection cut or
@@ -543,10 +544,12 @@ class Kube:
         return missing
 
     def answered_within(self, seconds: float) -> bool:
-        """Did the API server answer a request of this client (any, a watch's start or an
-        error of the caller's, but not a 5xx) in the last ``seconds``? Readiness then
-        needs no request of its own to know it is reachable."""
-        return time.monotonic() - self._answered[0] < seconds
+        """Did the API server answer a request of this client (any: a watch's start, an
+        error of the caller's, but not a 5xx) in the last ``seconds``, with no request
+        failing since (unreachable, or a 5xx)? Readiness then needs no request of its own to
+        know it is reachable."""
+        answered, failed = self._answered
+        return answered > failed and time.monotonic() - answered < seconds
 
     def ping(self) -> None:
         """Raise :class:`errors.Unavailable` unless the API server answers ``/version``."""

@@ -57,8 +57,10 @@ log = logging.getLogger("eventop.router")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # Kubernetes objects reach 1.5 MiB; leave headroom
 READY_CACHE_SECONDS = 2.0
-#: An API answer this recent (a watch started, a write) makes the readiness ping needless.
-ANSWERED_RECENTLY_SECONDS = 10.0
+#: An API answer this recent (a watch started, a write), with no failure since, makes the
+#: readiness ping needless: each cache's watch starts again every 45 s, and an API server
+#: that goes away breaks them at once (their next start fails, and the probe after it pings).
+ANSWERED_RECENTLY_SECONDS = 60.0
 #: How long "every CRD the event functions need is served" holds before it is asked again.
 SERVED_RECHECK_SECONDS = 60.0
 
@@ -124,9 +126,9 @@ class Readiness:
     Remembered for a couple of seconds: kubelet probes every replica every few seconds,
     caching keeps a probe from turning into API requests each time, and the lock makes
     concurrent probes share one check. Most probes make none at all: the API server is known
-    to answer when it answered any request of the router's in the last
-    :data:`ANSWERED_RECENTLY_SECONDS` (its caches' watches start every 45 s, one kind after
-    another), and the CRDs, once all served, are asked about again only every
+    to answer when it answered a request of the router's in the last
+    :data:`ANSWERED_RECENTLY_SECONDS` and none failed since (its caches' watches start every
+    45 s), and the CRDs, once all served, are asked about again only every
     :data:`SERVED_RECHECK_SECONDS` (a deleted one stops its controllers' caches at once; this
     is only the event functions' list). A trial counted 24 requests a minute per replica
     from probes every 5 s: more than its watches and its Lease together.

@@ -401,6 +401,8 @@ def test_a_real_client_knows_when_the_api_server_last_answered(kube: Any) -> Non
     with pytest.raises(errors.Unavailable):
         unreachable.ping()
     assert not unreachable.answered_within(10.0)
+    fresh._answered[1] = fresh._answered[0] + 1  # a request failed since the answer
+    assert not fresh.answered_within(10.0)
 
 
 def test_readyz_is_503_when_no_kubernetes_api_is_configured(

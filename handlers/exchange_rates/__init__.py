@@ -58,6 +58,7 @@ from eventop.handlers.exchange_rates.desired import (
     written_ahead,
     written_at,
 )
+from eventop.handlers.exchange_rates.provider import ProviderError
 from eventop.handlers.registry import Registry
 from eventop.kube import Kube, is_owned_by, now_rfc3339
 
@@ -93,6 +94,8 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
              "failure_not_before": good_since(cr, cm)}
     converged = is_converged(cr, cm)
     answer = answers.recent(base_of(cr), currency_of(cr), **since, run_failures=not converged)
+    if converged and isinstance(answer, ProviderError) and answer.not_asked:
+        answer = None  # the refresh ran out of time before its base: no news, no failure
     now = now_rfc3339()
     if answer is None and not converged and written_ahead(cr, cm, now, fetch.TTL):
         return Desired(prune=False, requeue_after=AHEAD_RECHECK, summary=(

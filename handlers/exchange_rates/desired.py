@@ -168,10 +168,11 @@ def is_converged(cr: Obj, cm: Obj | None) -> bool:
 
 
 def written_ahead(cr: Obj, cm: Obj | None, now: str, within: float) -> bool:
-    """Does ``cm`` hold an answer for this spec that the status does not hold yet, fetched
-    less than ``within`` seconds before ``now``? Then another router replica's run is
-    between its ConfigMap write and its status write (in that order), and this run, started
-    by that ConfigMap change, would ask the provider for what the other has just asked.
+    """Does ``cm`` hold an answer for this spec that the status does not hold yet, or the
+    status one the cached ``cm`` does not, fetched less than ``within`` seconds before
+    ``now``? Then this run sees another router replica's run half-way through its two
+    writes (their events can reach this replica's cache in either order), and would ask the
+    provider for what the other has just asked.
 
     Only a recent ``fetchedAt`` counts, never one after ``now``: a ConfigMap edited by hand
     with a recent one is put back at most ``within`` seconds later, one dated in the future
@@ -179,9 +180,18 @@ def written_ahead(cr: Obj, cm: Obj | None, now: str, within: float) -> bool:
     if cm is None or not is_ours(cm, cr):
         return False
     data = cm.get("data") or {}
-    fetched = written_at(cm)
-    if (data.get("base"), data.get("currency")) != (base_of(cr), currency_of(cr)) \
-            or not fetched or fetched <= decided_at(cr) or fetched > now:
+    status = cr.get("status") or {}
+    wanted = (base_of(cr), currency_of(cr))
+    if (status.get("base"), status.get("currency")) == wanted \
+            and str(status.get("lastSuccessfulFetch") or "") > written_at(cm):
+        # the other order: its status came first, its ConfigMap write is on the way
+        fetched = str(status["lastSuccessfulFetch"])
+    elif (data.get("base"), data.get("currency")) == wanted \
+            and written_at(cm) > decided_at(cr):
+        fetched = written_at(cm)
+    else:
+        return False
+    if fetched > now:
         return False
     try:
         age = _seconds(now) - _seconds(fetched)

@@ -121,13 +121,13 @@ class Answers:
         # the bases left out this time are the first asked next time, never the same ones.
         for base, currencies in sorted(wanted.items(),
                                        key=lambda item: (self._asked.get(item[0], 0.0), item)):
-            if self._latest(base, currencies, "", "") is not None:
+            if _answered(self._latest(base, currencies, "", "")):
                 continue
             # a refresh delivered twice at once asks once: the second waits for the first
             with self._flight(base) as mine:
                 if not mine:
                     self._wait_for_flight(base)
-                    if self._latest(base, currencies, "", "") is not None:
+                    if _answered(self._latest(base, currencies, "", "")):
                         continue
                 result = self._ask(base, currencies, deadline)
                 if not (isinstance(result, ProviderError) and result.not_asked):
@@ -214,6 +214,13 @@ class Answers:
             return self.client.latest(base, currencies, deadline=deadline)
         except ProviderError as exc:
             return exc
+
+
+def _answered(answer: Answer | None) -> bool:
+    """A kept answer a refresh need not ask again for: not one that says the base was not
+    asked at all (a refresh within the minute, a redelivered one, asks it)."""
+    return answer is not None and not (isinstance(answer.result, ProviderError)
+                                       and answer.result.not_asked)
 
 
 _answers: Answers | None = None

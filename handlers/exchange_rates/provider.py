@@ -338,13 +338,16 @@ class FrankfurterClient:
         # status (and its Warning Event) does not change between the two.
         where = f"{self.base_url}/latest?from={base}"
         own = self.clock() + self.budget
+        shared = deadline is not None
         deadline = own if deadline is None else min(own, deadline)
         last = "no attempt made"
         attempt = 0
         limited = False
         while attempt < self.max_attempts:
             remaining = deadline - self.clock()
-            if remaining <= 0:
+            # Under a refresh's shared budget a base is not started without the time a
+            # whole answer may take: cut short, it would time out and read as an outage.
+            if remaining <= 0 or (shared and attempt == 0 and remaining < self.timeout[1]):
                 last += "; out of time before the next attempt"
                 break
             attempt += 1

@@ -328,9 +328,19 @@ def test_shared_deadline_stops_before_asking(requests_mock: rm.Mocker) -> None:
 
 def test_per_request_timeout_shrinks_to_the_time_left(requests_mock: rm.Mocker) -> None:
     requests_mock.get(latest_url(), content=REAL_ANSWER.replace(b'"GBP":0.8352,', b""))
-    client = FrankfurterClient(BASE_URL, timeout=(3.0, 10.0), clock=lambda: 100.0)
-    client.latest("EUR", ["USD"], deadline=102.0)
+    client = FrankfurterClient(BASE_URL, timeout=(3.0, 10.0), clock=lambda: 100.0, budget=2.0)
+    client.latest("EUR", ["USD"])
     assert requests_mock.last_request.timeout == (2.0, 2.0)
+
+
+def test_a_refresh_starts_no_base_with_less_time_left_than_an_answer_may_take(
+        requests_mock: rm.Mocker) -> None:
+    """Started with 4 s of the refresh's budget left, a base a slow provider answers in 9 s
+    timed out, and its ExchangeRates said "is the provider reachable?" (a user's trial)."""
+    client = FrankfurterClient(BASE_URL, timeout=(3.0, 10.0), clock=lambda: 100.0)
+    with pytest.raises(ProviderUnavailable, match="not asked") as caught:
+        client.latest("EUR", ["USD"], deadline=104.0)
+    assert caught.value.not_asked and requests_mock.call_count == 0
 
 
 def test_etag_is_sent_back_and_304_reuses_the_cached_answer(

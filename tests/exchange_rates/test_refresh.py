@@ -169,6 +169,25 @@ def test_a_configmap_another_replica_wrote_ahead_of_its_status_is_not_fetched_ag
     assert cr(local_kube, "er")["status"]["rate"] == "1.0812"  # the other one writes it
 
 
+def test_a_status_another_replica_wrote_ahead_of_its_configmap_is_not_fetched_again(
+        router: Router, local_kube: Any, kube: Kube, requests_mock: rm.Mocker) -> None:
+    """The other order of the same two writes: this replica's cache gets the other's status
+    before its ConfigMap, and the run asked the provider and wrote the ConfigMap too (a
+    trial with two routers: 0-2 extra writes a tick, 2-7 requests for 2 bases)."""
+    requests_mock.get(base_url("EUR"), content=answer("EUR", "2026-11-20", USD="1.0812"))
+    add(router, local_kube, exchange_rate("er", "USD"))  # a run's own fetch: not kept
+    time.sleep(1.1)  # the other replica's refresh comes in a later second
+    stored = cr(local_kube, "er")
+    theirs = kube.patch_status(stored, {"rate": "1.0999", "date": "2026-11-21",
+                                        "lastSuccessfulFetch": now_rfc3339()})
+    wait_cached(router.engine, theirs)
+    asked, writes = requests_mock.call_count, configmap_writes(local_kube)
+
+    assert_ok(dispatch(router, Event.for_object("update", theirs)))
+    assert requests_mock.call_count == asked
+    assert configmap_writes(local_kube) == writes
+
+
 # -- the scheduled refresh ---------------------------------------------------------------------
 
 def test_refresh_of_many_exchange_rates_across_two_bases_makes_two_requests(

@@ -157,8 +157,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     except errors.Unavailable:
         raise  # the API server's state, not this parent's: the events say it
     except Exception as exc:
-        if ctl.refusal_events and seen_conflicts is not None:
-            _report_failure(ctl, parent, exc, writer, seen_conflicts.setdefault(uid, set()))
+        _report_failure(ctl, parent, exc, writer, seen_conflicts)
         raise
     if pipeline is None:
         outcome = execute(the_plan, writer, parent, submit=submit)
@@ -284,18 +283,14 @@ def _what_to_do(error: WriteError) -> str:
 
 
 def _report_failure(ctl: Controller, parent: Obj, exc: Exception, writer: Writer,
-                    seen: set[str]) -> None:
+                    seen_conflicts: dict[str, set[str]] | None) -> None:
     """A Warning Event on the parent when its run fails (the handler raised, a child it may
     not have), once per distinct failure: where the user looks (kubectl describe), not only
     in the router's log. The run is retried with backoff either way."""
     what = f"{type(exc).__name__}: {one_line(str(exc))}"
-    for note in _once(seen, "failed: ", {what: Note(
-            "Warning", "ReconcileFailed", f"{ctl.name} failed: {what}; retried with backoff "
-            "(the router's log has the details)")}):
-        try:
-            writer.post_event(parent, note)
-        except Exception as posting:  # the run's own failure is what propagates
-            log.warning("%s: could not post the failure as an Event: %s", ctl.name, posting)
+    _post_failure(ctl, parent, what, Note(
+        "Warning", "ReconcileFailed", f"{ctl.name} failed: {what}; retried with backoff "
+        "(the router's log has the details)"), writer, seen_conflicts)
 
 
 def _parent_refused(ctl: Controller, parent: Obj, exc: errors.Invalid, what: str,
@@ -305,19 +300,27 @@ def _parent_refused(ctl: Controller, parent: Obj, exc: errors.Invalid, what: str
     stored (Kubernetes before 1.30 checks the whole object on every write, the status and
     the finalizers included). Nothing the handler does can mend it, and the log alone would
     leave the user wondering why the status never changes, or why a deletion never ends."""
+    _post_failure(ctl, parent, f"refused {what}", Note(
+        "Warning", "ParentRefused",
+        f"the API server refused {what}: {one_line(exc.message)}; the object as stored does "
+        "not pass its CustomResourceDefinition's schema (made stricter since it was "
+        "stored?): change what that names in its spec; retried with backoff"),
+        writer, seen_conflicts)
+
+
+def _post_failure(ctl: Controller, parent: Obj, label: str, note: Note, writer: Writer,
+                  seen_conflicts: dict[str, set[str]] | None) -> None:
+    """Post a failure's ``note`` unless this failure (``label``) was posted since the
+    parent's last successful run, or the handler reports failures itself. The failure is
+    what propagates: a note that can not be posted is a log line."""
     if not ctl.refusal_events or seen_conflicts is None:
         return
     seen = seen_conflicts.setdefault(str(parent["metadata"]["uid"]), set())
-    message = (f"the API server refused {what}: {one_line(exc.message)}; the object as "
-               "stored does not pass its CustomResourceDefinition's schema (made stricter "
-               "since it was stored?): change what that names in its spec; retried with "
-               "backoff")
-    for note in _once(seen, "failed: ", {f"refused {what}": Note(
-            "Warning", "ParentRefused", message)}):
+    for fresh in _once(seen, "failed: ", {label: note}):
         try:
-            writer.post_event(parent, note)
-        except Exception as posting:  # the refusal is what propagates
-            log.warning("%s: could not post the refusal as an Event: %s", ctl.name, posting)
+            writer.post_event(parent, fresh)
+        except Exception as posting:
+            log.warning("%s: could not post the failure as an Event: %s", ctl.name, posting)
 
 
 def _once(seen: set[str], kind: str, current: dict[str, Note]) -> list[Note]:

@@ -37,7 +37,7 @@ from eventop.kube.informer import SERVED_AGAIN, Cache, InformerSpec
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.objects import is_terminating
 from eventop.kube.recent import Recent
-from eventop.kube.resources import is_custom
+from eventop.kube.resources import is_builtin_group, is_custom
 from eventop.kube.store import Store
 
 log = logging.getLogger("eventop.engine")
@@ -574,10 +574,10 @@ class Engine:
 def _why_missing(kinds: list[str]) -> str:
     """What a kind the API server does not serve most likely means: a CRD to install, an
     add-on's API, or (a kind of a dotless built-in group, which no CRD can add to) a typo."""
-    groups = [k.rpartition("/")[0].rpartition("/")[0] for k in kinds]
-    if any(is_custom(k.rpartition("/")[0]) for k in kinds):
+    api_versions = [k.rpartition("/")[0] for k in kinds]
+    if any(is_custom(v) for v in api_versions):
         return "a CustomResourceDefinition to install, e.g. kubectl apply -k crds/?"
-    if all("." not in g for g in groups):
+    if all(is_builtin_group(v) for v in api_versions):
         return ("no CustomResourceDefinition can add a kind to a built-in group: check its "
                 "spelling in the handler's owns=/reads=")
     return "an API this server does not enable, or an add-on's not installed"

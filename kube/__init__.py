@@ -20,6 +20,7 @@ from eventop.kube.objects import (
     label_value,
     now_rfc3339,
     owner_reference,
+    parse_rfc3339,
     selector_matches,
     set_condition,
     standard_labels,
@@ -31,6 +32,6 @@ __all__ = [
     "FIELD_MANAGER", "MANAGED_BY", "MANAGED_BY_LABEL", "Conflict", "Forbidden", "Invalid", "Kube",
     "KubeError", "NotFound", "Resource", "Unavailable", "content_hash", "dns_label",
     "get_condition", "is_owned_by", "is_terminating", "label_selector_problems",
-    "label_selector_string", "label_value", "now_rfc3339", "owner_reference", "retry_after",
-    "selector_matches", "set_condition", "standard_labels", "status_changed",
+    "label_selector_string", "label_value", "now_rfc3339", "owner_reference", "parse_rfc3339",
+    "retry_after", "selector_matches", "set_condition", "standard_labels", "status_changed",
 ]

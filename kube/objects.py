@@ -24,6 +24,14 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_rfc3339(text: str | None) -> datetime | None:
+    """A time as Kubernetes writes it (``2026-11-29T17:00:00Z``), in UTC; None for none.
+    Raises ``ValueError`` for text that is not one."""
+    if not text:
+        return None
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(UTC)
+
+
 def kube_event(involved: Obj, event_type: str, reason: str, message: str, now: str, *,
                component: str, instance: str) -> Obj:
     """A core/v1 Event about ``involved``. Its name is derived from what it says, so the

@@ -105,6 +105,13 @@ def is_custom(api_version: str) -> bool:
     return "." in group and not group.endswith(".k8s.io")
 
 
+def is_builtin_group(api_version: str) -> bool:
+    """A dotless group (core ``v1``, ``apps``, ``batch``...): one of Kubernetes' own, to which
+    no CustomResourceDefinition can add a kind (a CRD's group always has a dot). A kind of
+    it that the API server does not serve is a typo, not a CRD still to install."""
+    return "." not in api_version.rpartition("/")[0]
+
+
 class ResourceTable:
     """Lookup by (apiVersion, kind) and by (group, plural)."""
 

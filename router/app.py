@@ -40,7 +40,7 @@ from eventop.engine.catchup import CacheBehind
 from eventop.handlers.events import Event, InvalidEvent
 from eventop.handlers.registry import Outcome, Registry
 from eventop.kube.errors import KubeError, Unavailable
-from eventop.kube.resources import is_custom
+from eventop.kube.resources import is_builtin_group, is_custom
 from eventop.router import auth, logs, metrics
 from eventop.router.dispatch import (
     EngineProvider,
@@ -152,8 +152,7 @@ class Readiness:
                 return self._result
             try:
                 kube = self.provider.get()
-                answered = getattr(kube, "answered_within", None)
-                if answered is None or not answered(ANSWERED_RECENTLY_SECONDS):
+                if not kube.answered_within(ANSWERED_RECENTLY_SECONDS):
                     kube.ping()
                 host = getattr(kube, "host", "")
                 ok, text = True, "Kubernetes API reachable" + (f" at {host}" if host else "")
@@ -190,24 +189,24 @@ def check_builtin_kinds(registry: Registry, kube: Kube) -> None:
     that never runs. Called once at start (:func:`eventop.router.server.check_app`), as the
     watcher checks its resources; an API server that does not answer (or refuses discovery)
     is left to readiness."""
-    wanted: dict[str, dict[str, list[str]]] = {}
-    for (api_version, kind), names in registry.needed_kinds().items():
-        if "." not in api_version.rpartition("/")[0]:
-            wanted.setdefault(api_version, {})[kind] = names
-    for api_version, kinds in sorted(wanted.items()):
-        try:
-            served = {r.kind for r in kube.discover(api_version, timeout=(2.0, 3.0))}
-        except KubeError:
+    needed = {key: names for key, names in registry.needed_kinds().items()
+              if is_builtin_group(key[0])}
+    try:
+        missing = kube.missing_kinds(needed)
+        if not missing:
             return
-        for kind in sorted(set(kinds) - served):
-            close = difflib.get_close_matches(kind, served, n=1)
-            raise ValueError(
-                f"{', '.join(kinds[kind])} declare(s) {api_version}/{kind}, which the API "
-                f"server does not serve"
-                + (f" (it serves no {api_version} at all)" if not served else "")
-                + ": no CustomResourceDefinition can add a kind to a built-in group; check "
-                "the spelling in owns=/reads=/@on"
-                + (f" (did you mean {api_version}/{close[0]}?)" if close else ""))
+        api_version, kind = _kind_key(missing[0])
+        served = {r.kind for r in kube.discover(api_version, timeout=(2.0, 3.0))}
+    except KubeError:
+        return
+    close = difflib.get_close_matches(kind, served, n=1)
+    raise ValueError(
+        f"{', '.join(needed[(api_version, kind)])} declare(s) {api_version}/{kind}, which the "
+        "API server does not serve"
+        + (f" (it serves no {api_version} at all)" if not served else "")
+        + ": no CustomResourceDefinition can add a kind to a built-in group; check the "
+        "spelling in owns=/reads=/@on"
+        + (f" (did you mean {api_version}/{close[0]}?)" if close else ""))
 
 
 def _kind_key(missing: str) -> tuple[str, str]:

@@ -37,6 +37,7 @@ from eventop.events import simple_event, to_cloudevent
 from eventop.kube import Kube, KubeError, Unavailable
 from eventop.kube.leader import LeaderElector, default_identity, default_namespace
 from eventop.kube.reflector import API_BACKOFF_MAX, WatchSettings
+from eventop.kube.resources import is_builtin_group
 from eventop.router.auth import bearer_header
 from eventop.watcher.delivery import Backoff, Deliverer, Outgoing, RetryPolicy, post
 from eventop.watcher.sink import SinkClient
@@ -260,7 +261,7 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
     warn_missing_namespaces(kube, specs)
     for spec in specs:
         try:
-            if "." not in spec.group or spec.label_selector:
+            if is_builtin_group(spec.api_version) or spec.label_selector:
                 res = spec.resource(kube)
             if spec.label_selector:
                 next(kube.pages(res, spec.namespace, label_selector=spec.label_selector,
@@ -275,7 +276,7 @@ def check_resources(kube: Kube, specs: list[ResourceSpec]) -> None:
                 continue  # a grant (or a token) may come: the watch loop says what to do
             if exc.status != 404:
                 raise
-            if "." in spec.group:
+            if not is_builtin_group(spec.api_version):
                 continue  # its CRD may come later: the watch loop waits for it
             raise ConfigError(
                 f"resource {spec}: the API server does not serve {spec.plural!r} in "

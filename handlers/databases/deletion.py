@@ -76,7 +76,7 @@ from eventop.handlers.databases.observe import COMPLETE, FAILED, Observed
 from eventop.handlers.databases.spec import DatabaseSpec, Names, Version
 from eventop.handlers.databases.status import Condition, Event, Facts
 from eventop.handlers.databases.workload import Passwords
-from eventop.kube import get_condition
+from eventop.kube import get_condition, parse_rfc3339
 
 Obj = dict[str, Any]
 
@@ -365,7 +365,7 @@ def _stopping_since(db: Obj, observed: Observed) -> datetime | None:
     """When the servers were asked to stop: at the deletion, or once the final backup (taken
     while they still run) completed. Derived from what the cluster holds, so every run and
     every router replica agrees, with nothing remembered."""
-    since = observe.parse_time(db["metadata"].get("deletionTimestamp"))
+    since = parse_rfc3339(db["metadata"].get("deletionTimestamp"))
     final = observed.job(Names.of(db["metadata"]["name"]).final_backup_job)
     finished = observe.job_finished(final) if final is not None else None
     if finished is not None and (since is None or finished > since):

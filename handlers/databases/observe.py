@@ -14,6 +14,7 @@ from typing import Any
 from eventop.handlers.databases.jobs import BACKUP_KIND_LABEL
 from eventop.handlers.databases.spec import Names, Version, image_version
 from eventop.handlers.databases.workload import MAJOR_LABEL, VERSION_LABEL
+from eventop.kube import parse_rfc3339
 
 Obj = dict[str, Any]
 
@@ -79,12 +80,6 @@ def _labels(obj: Obj) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(UTC)
-
-
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -114,11 +109,11 @@ def job_finished(job: Obj) -> datetime | None:
     """When the Job completed or failed; None while it runs."""
     status = job.get("status") or {}
     if _condition(job, "Complete"):
-        return parse_time(status.get("completionTime")) or parse_time(
+        return parse_rfc3339(status.get("completionTime")) or parse_rfc3339(
             (_condition(job, "Complete") or {}).get("lastTransitionTime"))
     failed = _condition(job, "Failed")
     if failed:
-        return parse_time(failed.get("lastTransitionTime")) or parse_time(
+        return parse_rfc3339(failed.get("lastTransitionTime")) or parse_rfc3339(
             status.get("startTime"))
     return None
 
@@ -219,7 +214,7 @@ def snapshot_state(snapshot: Obj | None, now: datetime, timeout: float) -> tuple
     error = status.get("error") or {}
     if error.get("message"):
         return "Failed", str(error["message"])
-    created = parse_time(snapshot["metadata"].get("creationTimestamp"))
+    created = parse_rfc3339(snapshot["metadata"].get("creationTimestamp"))
     if created is not None and (now - created).total_seconds() > timeout:
         return "TimedOut", f"not ready after {int(timeout // 60)} minutes"
     return "Pending", ""

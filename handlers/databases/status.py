@@ -20,7 +20,7 @@ from eventop.handlers.databases.jobs import SCHEDULED
 from eventop.handlers.databases.observe import COMPLETE, FAILED, RUNNING, Observed
 from eventop.handlers.databases.schedule import next_tick, two_periods_ago
 from eventop.handlers.databases.spec import SpecError, Version, describe, image_version
-from eventop.kube import get_condition, set_condition
+from eventop.kube import get_condition, parse_rfc3339, set_condition
 
 Obj = dict[str, Any]
 Condition = tuple[str, str, str]  # status ("True", "False", "Unknown"), reason, message
@@ -69,13 +69,13 @@ def backup_fields(observed: Observed, old: Obj) -> Obj:
         # Never back in time: once the CronJob's history limit removed the newest Jobs'
         # elders, or the newest one was deleted, an older Job is all that is left (found on
         # a real v1.24 API server: lastBackup went back to an older Job).
-        before = observe.parse_time((remembered or {}).get("time"))
+        before = parse_rfc3339((remembered or {}).get("time"))
         if before is not None and before > observe.job_finished(last):  # type: ignore[operator]
             fields["lastBackup"] = remembered
     elif remembered:
         fields["lastBackup"] = remembered
     successes = [observe.job_finished(j) for j in jobs if observe.job_state(j) == COMPLETE]
-    previous = observe.parse_time(old.get("lastSuccessfulBackup"))
+    previous = parse_rfc3339(old.get("lastSuccessfulBackup"))
     best = max([t for t in [*successes, previous] if t is not None], default=None)
     if best is not None:
         fields["lastSuccessfulBackup"] = observe.format_time(best)
@@ -105,7 +105,7 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
         return ("True", "BackupSucceeded",
                 f"last backup succeeded at {observe.format_time(last_success)}{suspended}"
                 ), recheck
-    started = observe.parse_time(observed.cronjob["metadata"].get("creationTimestamp"))
+    started = parse_rfc3339(observed.cronjob["metadata"].get("creationTimestamp"))
     # the first backup only while there never was one: a CronJob made again (deleted by
     # hand) is new, but the Database's backups are not
     if started is not None and started > since and last_success is None and not suspended:
@@ -200,7 +200,7 @@ def compute(db: Obj, facts: Facts, observed: Observed, want_replicas: int
                                            ("Progressing", facts.progressing)]
     if facts.schedule is not None:
         health, recheck = backup_health(
-            observed, facts.schedule, observe.parse_time(status.get("lastSuccessfulBackup")))
+            observed, facts.schedule, parse_rfc3339(status.get("lastSuccessfulBackup")))
         wanted.append(("BackupHealthy", health))
     if facts.deleting is not None:
         wanted.append(("Deleting", facts.deleting))

@@ -58,7 +58,7 @@ from eventop.handlers.exchange_rates.desired import (
     written_ahead,
     written_at,
 )
-from eventop.handlers.exchange_rates.provider import ProviderError
+from eventop.handlers.exchange_rates.provider import not_asked
 from eventop.handlers.registry import Registry
 from eventop.kube import Kube, is_owned_by, now_rfc3339
 
@@ -94,15 +94,15 @@ def exchange_rate(cr: Obj, reads: Reads) -> Desired:
              "failure_not_before": good_since(cr, cm)}
     converged = is_converged(cr, cm)
     answer = answers.recent(base_of(cr), currency_of(cr), **since, run_failures=not converged)
-    if converged and isinstance(answer, ProviderError) and answer.not_asked:
+    if converged and not_asked(answer):
         answer = None  # the refresh ran out of time before its base: no news, no failure
     now = now_rfc3339()
-    if answer is None and not converged and written_ahead(cr, cm, now, fetch.TTL):
-        return Desired(prune=False, requeue_after=AHEAD_RECHECK, summary=(
-            f"ExchangeRate {meta['namespace']}/{meta['name']}: its ConfigMap holds an answer "
-            f"fetched at {written_at(cm)} that its status does not yet (another replica "
-            f"writes it next): looked at again in {AHEAD_RECHECK:g}s, not asked again"))
     if answer is None and not converged:
+        if written_ahead(cr, cm, now, fetch.TTL):
+            return Desired(prune=False, requeue_after=AHEAD_RECHECK, summary=(
+                f"ExchangeRate {meta['namespace']}/{meta['name']}: another replica is "
+                f"between its ConfigMap and status writes of an answer fetched at most "
+                f"{fetch.TTL:g}s ago: looked at again in {AHEAD_RECHECK:g}s, not asked again"))
         answer = answers.fetch(base_of(cr), currency_of(cr), **since)
     return desired(cr, cm, answer, now)
 

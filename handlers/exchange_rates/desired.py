@@ -40,12 +40,19 @@ A spec no provider can answer (a rate of a currency against itself) raises the e
 from __future__ import annotations
 
 from datetime import date as Date
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from eventop.engine import Child, Desired, Note, Outcome, SpecError
 from eventop.handlers.exchange_rates.provider import ProviderError, Quote
-from eventop.kube import get_condition, is_owned_by, owner_reference, set_condition, standard_labels
+from eventop.kube import (
+    get_condition,
+    is_owned_by,
+    owner_reference,
+    parse_rfc3339,
+    set_condition,
+    standard_labels,
+)
 
 Obj = dict[str, Any]
 
@@ -194,14 +201,11 @@ def written_ahead(cr: Obj, cm: Obj | None, now: str, within: float) -> bool:
     if fetched > now:
         return False
     try:
-        age = _seconds(now) - _seconds(fetched)
+        fetched_at, now_at = parse_rfc3339(fetched), parse_rfc3339(now)
     except ValueError:
         return False
-    return age < within
-
-
-def _seconds(when: str) -> float:
-    return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+    return fetched_at is not None and now_at is not None \
+        and (now_at - fetched_at).total_seconds() < within
 
 
 def written_at(cm: Obj | None) -> str:

@@ -65,6 +65,7 @@ from eventop.handlers.exchange_rates.provider import (
     ProviderRateLimited,
     ProviderUnavailable,
     Quote,
+    not_asked,
 )
 from eventop.kube import now_rfc3339
 
@@ -130,7 +131,7 @@ class Answers:
                     if _answered(self._latest(base, currencies, "", "")):
                         continue
                 result = self._ask(base, currencies, deadline)
-                if not (isinstance(result, ProviderError) and result.not_asked):
+                if not not_asked(result):
                     self._asked[base] = self.clock()
                 asked.append(base)
                 self._keep(self._refreshed, base, currencies, result)
@@ -219,8 +220,7 @@ class Answers:
 def _answered(answer: Answer | None) -> bool:
     """A kept answer a refresh need not ask again for: not one that says the base was not
     asked at all (a refresh within the minute, a redelivered one, asks it)."""
-    return answer is not None and not (isinstance(answer.result, ProviderError)
-                                       and answer.result.not_asked)
+    return answer is not None and not not_asked(answer.result)
 
 
 _answers: Answers | None = None

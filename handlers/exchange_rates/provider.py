@@ -123,6 +123,12 @@ class ProviderError(Exception):
             self.transient = transient
 
 
+def not_asked(result: object) -> bool:
+    """Is ``result`` the failure of a base the provider was never asked for (a refresh's
+    time ran out before it)? No news about the rate, and no answer to reuse."""
+    return isinstance(result, ProviderError) and result.not_asked
+
+
 class ProviderUnavailable(ProviderError):
     """Connection failure, timeout or 5xx, still failing when the retries ran out."""
 
@@ -340,14 +346,19 @@ class FrankfurterClient:
         own = self.clock() + self.budget
         shared = deadline is not None
         deadline = own if deadline is None else min(own, deadline)
-        last = "no attempt made"
+        last = ""  # what the last attempt met
         attempt = 0
         limited = False
         while attempt < self.max_attempts:
             remaining = deadline - self.clock()
             # Under a refresh's shared budget a base is not started without the time a
             # whole answer may take: cut short, it would time out and read as an outage.
-            if remaining <= 0 or (shared and attempt == 0 and remaining < self.timeout[1]):
+            if attempt == 0 and (remaining <= 0 or (shared and remaining < self.timeout[1])):
+                raise ProviderUnavailable(
+                    f"{where}: not asked: the refresh's {self.refresh_budget:g}s went to "
+                    "other base currencies first (the provider answers slowly); it is asked "
+                    "first at the next refresh", not_asked=True)
+            if remaining <= 0:
                 last += "; out of time before the next attempt"
                 break
             attempt += 1
@@ -408,11 +419,6 @@ class FrankfurterClient:
             raise ProviderRateLimited(
                 f"{where}: {last}, after {attempt} attempt(s) (the provider is reachable but "
                 "refuses more requests for now)", status=429, transient=True)
-        if attempt == 0:  # the refresh's time went to other bases before this one
-            raise ProviderUnavailable(
-                f"{where}: not asked: the refresh's {self.refresh_budget:g}s went to other "
-                "base currencies first (the provider answers slowly); it is asked first at "
-                "the next refresh", not_asked=True)
         raise ProviderUnavailable(f"{where}: {last}, after {attempt} attempt(s) (is the "
                                   "provider reachable from the cluster?)")
 

@@ -65,10 +65,13 @@ def parent_refused_by_a_stricter_crd(kube: Kube, group: str, namespace: str) -> 
     writer = KubeWriter(kube, Cache(kube, []), Echoes())
     seen: dict[str, set[str]] = {}
 
-    def refused() -> bool:  # the real API server may serve the old schema for a moment
+    def once() -> None:
         reads = Reads(lambda av, k: stores.get((av, k)), ctl.kinds(), ctl.name, widget)
+        run(ctl, Key(namespace, "w"), widget, reads, writer, seen_conflicts=seen)
+
+    def refused() -> bool:  # the real API server may serve the old schema for a moment
         try:
-            run(ctl, Key(namespace, "w"), widget, reads, writer, seen_conflicts=seen)
+            once()
         except Invalid as exc:
             assert "should have at least 1 items" in str(exc)
             return True
@@ -76,9 +79,7 @@ def parent_refused_by_a_stricter_crd(kube: Kube, group: str, namespace: str) -> 
 
     assert wait_until(refused, 30)
     with pytest.raises(Invalid):
-        run(ctl, Key(namespace, "w"), widget,
-            Reads(lambda av, k: stores.get((av, k)), ctl.kinds(), ctl.name, widget), writer,
-            seen_conflicts=seen)
+        once()
     [event] = [e for e in kube.list("v1", "Event", namespace)
                if e["involvedObject"].get("uid") == widget["metadata"]["uid"]]
     assert (event["type"], event["reason"], event["count"]) == ("Warning", "ParentRefused", 1)

@@ -23,6 +23,9 @@ class _Ok:
     def ping(self) -> None:
         pass
 
+    def answered_within(self, seconds: float) -> bool:
+        return False
+
     def missing_kinds(self, kinds: Any) -> list[str]:
         return []
 

@@ -50,6 +50,8 @@ class Result:
     detail: str = ""
     error: BaseException | None = None
     duration: float = 0.0
+    #: The run wrote nothing and left nothing to do (``RunResult.quiet``).
+    quiet: bool = False
 
 
 class Ticket:

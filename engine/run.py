@@ -76,6 +76,9 @@ class RunResult:
     #: outcome): a run reading the cache that holds them may find another one.
     status_before_writes: bool = False
     notes: list[Note] = field(default_factory=list)
+    #: The run wrote nothing (no child, status, finalizer or Event) and nothing is left to
+    #: do: a resync or redelivery of a converged parent. Logged at debug, not info.
+    quiet: bool = False
     #: Objects in the way that the function reported itself (``Desired.blocked_by``), as
     #: conflicts: their change runs the parent again.
     blocked_by: list[Conflict] = field(default_factory=list)
@@ -124,6 +127,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
     finalizers = meta.get("finalizers") or []
     deleting = bool(meta.get("deletionTimestamp"))
     stale = f"{FINALIZER_DOMAIN}/{ctl.name}"
+    wrote_finalizer = False
     if finalizer is None and stale in finalizers:
         # Left by a version of the handler that had a @finalize function: nothing would
         # ever remove it, and the parent could never be deleted.
@@ -147,6 +151,7 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
             if finalizer and finalizer not in finalizers:
                 parent = writer.set_finalizer(parent, finalizer, True)
                 reads.parent = parent
+                wrote_finalizer = True
                 if finalizer not in (parent["metadata"].get("finalizers") or ()):
                     # Deleted before it ever held the finalizer: nothing was made to clean.
                     return RunResult(key, f"{ctl.parent.kind} {key} is being deleted")
@@ -218,6 +223,10 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
                             writer, seen_conflicts)
             raise
         result.summary += "; cleanup done, finalizer removed"
+        wrote_finalizer = True
+    result.quiet = not (outcome.writes or outcome.conflicts or outcome.errors or outcome.retry
+                        or result.status_written or result.notes or result.retry
+                        or wrote_finalizer)
     return result
 
 

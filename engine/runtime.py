@@ -56,6 +56,13 @@ REQUESTS = Counter("eventop_engine_requests_total",
 ROUTER_LEASE = "eventop-router"
 
 
+#: Why an event asked nothing of a handler (``Engine.submit``'s notes): answered without a
+#: run, and logged at debug, as a run that wrote nothing is (QUIET_NOTES).
+ECHO = "echo of its own write"
+STATUS_ONLY = "only status or resourceVersion changed"
+QUIET_NOTES = frozenset({ECHO, STATUS_ONLY})
+
+
 #: Runs in a row that one run's writes may start for its status (see ``Engine._work``).
 MAX_FOLLOWUPS = 3
 
@@ -72,6 +79,8 @@ class _Ran(NamedTuple):
     requeue: float | None = None
     #: The status was worked out before the writes: one more run may find another.
     again: bool = False
+    #: It wrote nothing and left nothing to do (RunResult.quiet).
+    quiet: bool = False
 
 
 @dataclass
@@ -331,7 +340,7 @@ class Engine:
         if self.echoes[ctl.name].is_echo(uid, rv, change, consume=consume):
             if consume:
                 REQUESTS.labels(ctl.name, "echo").inc()
-                notes[ctl.name] = "echo of its own write"
+                notes[ctl.name] = ECHO
             return set()
         store = self._store(*ctl.parent.key)
         changed = self._store(*kind) if change == "update" else None
@@ -350,7 +359,7 @@ class Engine:
             if not keys:
                 if consume:
                     REQUESTS.labels(ctl.name, "unchanged").inc()
-                notes[ctl.name] = "only status or resourceVersion changed"
+                notes[ctl.name] = STATUS_ONLY
         if verify and change == "delete" and any(k.key == kind for k in ctl.owns) \
                 and not self._namespace_going((subject.get("metadata") or {}).get("namespace")):
             # (a child taken by its namespace's deletion: nothing could be written there
@@ -452,7 +461,8 @@ class Engine:
             released: list[bool] = []
             try:
                 ran = self._run(self.controllers[name], key, before, end, released)
-                result = Result(item, True, ran.detail, None, time.perf_counter() - start)
+                result = Result(item, True, ran.detail, None, time.perf_counter() - start,
+                                ran.quiet)
                 RUNS.labels(name, "ok").inc()
                 if ran.retry:
                     self.queue.retry(item, cap=ran.cap)
@@ -568,7 +578,8 @@ class Engine:
                                                 str(after["metadata"].get("uid", "")))
         log.debug("%s %s: %s", ctl.name, key, result.summary)
         return _Ran(f"{key}: {result.summary}", result.retry or result.unsettled,
-                    result.retry_cap, result.requeue_after, result.status_before_writes)
+                    result.retry_cap, result.requeue_after, result.status_before_writes,
+                    result.quiet)
 
 
 def _why_missing(kinds: list[str]) -> str:

@@ -126,6 +126,10 @@ class Outcome:
     duration: float
     detail: str = ""
     error: BaseException | None = None
+    #: A controller's run (or an event it had no run for) that changed nothing: the
+    #: router logs the event at debug when every outcome is quiet. An event function's
+    #: outcome is never quiet (what it wrote is not known).
+    quiet: bool = False
 
 
 class Registry:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.kube import Conflict, Kube, KubeError, NotFound
-from eventop.kube.errors import JUST_STARTED
+from eventop.kube.errors import JUST_STARTED, Forbidden, Unavailable
 
 log = logging.getLogger("eventop.kube.leader")
 
@@ -81,6 +81,9 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.is_leader = False
+        #: The API server has let this candidate read the Lease: a 403 later is most
+        #: likely an API server just restarted, not a grant missing (_what_to_check).
+        self._allowed = False
 
     # -- one attempt ---------------------------------------------------------------
 
@@ -88,6 +91,7 @@ class LeaderElector:
         """One round of the protocol; True if this candidate holds the lease afterwards."""
         now = micro_time()
         lease = self.kube.get_or_none(*LEASE, self.name, self.namespace)
+        self._allowed = True
         mine = {"holderIdentity": self.identity,
                 "leaseDurationSeconds": max(1, round(self.lease_seconds)),
                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
@@ -148,12 +152,18 @@ class LeaderElector:
         return False
 
     def _what_to_check(self, exc: KubeError) -> str:
-        """The likely cause of a failure to take the lease, for the log line."""
+        """The likely cause of a failure to take or renew the lease, for the log line."""
         if isinstance(exc, NotFound):
             return (f"check that the namespace {self.namespace} exists: the Lease is created "
                     "in it")
-        return (f"check that this service account may get, create and update leases in "
-                f"{self.namespace}, {JUST_STARTED}")
+        if isinstance(exc, Unavailable):
+            return "the API server is unreachable or failing; no grant is missing"
+        grants = f"this service account may get, create and update leases in {self.namespace}"
+        if isinstance(exc, Forbidden) and self._allowed:
+            return (f"it was allowed before: the API server has most likely just restarted "
+                    f"and refuses everyone until its authorization data is loaded, a few "
+                    f"seconds; if this goes on, check that {grants}")
+        return f"check that {grants}, {JUST_STARTED}"
 
     def hold(self, on_lost: Callable[[], Any]) -> None:
         """Renew in the background; ``on_lost`` once renewing failed past the deadline."""
@@ -166,7 +176,7 @@ class LeaderElector:
                         continue
                     reason = f"the lease is now held by {self._observed and self._observed[0]}"
                 except KubeError as exc:
-                    reason = str(exc)
+                    reason = f"{exc} ({self._what_to_check(exc)})"
                 if time.monotonic() - last >= self.renew_deadline or (
                         self._observed and self._observed[0] not in ("", self.identity)):
                     self.is_leader = False

@@ -397,9 +397,14 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None, *,
         results = [_outcome_json(o) for o in outcomes]
         ran = [o.handler for o in outcomes]
         if not failed:
+            # A resync or redelivery of what is converged (every run wrote nothing, or the
+            # event was an echo of eventop's own write) is logged at debug: a line per
+            # watched object every resync period says nothing, as controller-runtime logs
+            # nothing for a reconcile that changed nothing. It is counted all the same.
+            quiet = all(o.quiet for o in outcomes)
             return finish(200, "ok", info, start,
                           {"id": event.id, "outcome": "ok", "handlers": results}, ran,
-                          results=results)
+                          logging.DEBUG if quiet else logging.INFO, results=results)
         for o in failed:
             err = o.error
             # The API server's answer (unavailable, a refusal such as RBAC's 403) is a

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from eventop.engine.catchup import CacheBehind
-from eventop.engine.runtime import Engine
+from eventop.engine.runtime import QUIET_NOTES, Engine
 from eventop.engine.settings import EngineSettings
 from eventop.handlers.events import Event
 from eventop.handlers.registry import Outcome, Registry
@@ -141,12 +141,14 @@ def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
         raise
     except KubeError as exc:
         raise Unavailable(str(exc)) from exc
-    outcomes = [Outcome(name, True, 0.0, note) for name, note in notes.items()]
+    outcomes = [Outcome(name, True, 0.0, note, quiet=note in QUIET_NOTES)
+                for name, note in notes.items()]
     wait = engines.settings.answer_wait
     if not ticket.wait(max(0.0, started + wait - time.monotonic())):
         waiting = ", ".join(f"{name} {key}" for name, key in sorted(ticket.pending))
         raise Unavailable(f"runs of {waiting} not finished within {wait:.0f}s; they go on, "
                           "send the event again to learn how they ended")
     for (name, _key), result in sorted(ticket.results.items(), key=lambda kv: str(kv[0])):
-        outcomes.append(Outcome(name, result.ok, result.duration, result.detail, result.error))
+        outcomes.append(Outcome(name, result.ok, result.duration, result.detail, result.error,
+                                result.ok and result.quiet))
     return outcomes

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from eventop.kube import Kube
+from eventop.kube.errors import Forbidden
 from eventop.kube.leader import LeaderElector
 from eventop.testing.waiting import wait_until
 
@@ -111,7 +112,8 @@ def test_a_candidate_that_can_not_reach_the_lease_says_so_once_not_every_retry(
         stop.set()
         thread.join(5)
     said = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
-    assert len(said) == 1 and "may get, create and update leases in default" in said[0], said
+    assert len(said) == 1 and "the API server is unreachable or failing" in said[0], said
+    assert "service account" not in said[0]  # a 503 is not a grant missing
     a.release()
 
 
@@ -128,3 +130,43 @@ def test_a_lease_namespace_that_does_not_exist_is_named_as_the_cause(
         t.join(5)
     assert "check that the namespace nowhere exists" in caplog.records[0].getMessage()
     assert "service account" not in caplog.records[0].getMessage()
+
+
+class _Refusing:
+    """A Kube whose Lease reads succeed ``allowed`` times, then are refused (403)."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+
+    def get_or_none(self, *_args: object) -> None:
+        if self.allowed <= 0:
+            raise Forbidden('leases.coordination.k8s.io "eventop-watcher" is forbidden',
+                            reason="Forbidden")
+        self.allowed -= 1
+
+    def create(self, obj: dict) -> dict:
+        return obj
+
+
+@pytest.mark.parametrize(("allowed", "said"), [
+    (0, "check that this service account may get, create and update leases in default, "
+        "unless the API server has just started"),
+    (1, "it was allowed before: the API server has most likely just restarted"),
+])
+def test_a_refused_lease_names_a_missing_grant_or_a_restart_by_what_came_before(
+        caplog: pytest.LogCaptureFixture, allowed: int, said: str) -> None:
+    """A 403 right after an API-server restart (its authorizer not loaded yet) is not the
+    missing grant it would be on a first attempt."""
+    candidate = LeaderElector(_Refusing(allowed), "eventop-watcher", "default", "a",
+                              **TIMING)  # type: ignore[arg-type]
+    if allowed:
+        assert candidate.try_acquire_or_renew()
+    stop = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="eventop.kube.leader"):
+        t = threading.Thread(target=candidate.acquire, args=(stop,))
+        t.start()
+        wait_until(lambda: caplog.records, timeout=5)
+        stop.set()
+        t.join(5)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "403 Forbidden" in line and said in line, line

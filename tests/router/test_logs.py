@@ -310,3 +310,48 @@ def test_an_event_that_ran_many_keys_is_one_short_line_failures_first() -> None:
     shown, more = logs.folded(results, logs.FIELD_RESULTS)
     assert (len(shown), more, shown[0]["outcome"]) == (logs.FIELD_RESULTS, 10, "error")
     assert logs.folded(results[:3], 5) == (results[:3], 0)
+
+
+def test_a_resync_of_a_converged_rule_is_logged_at_debug_and_a_change_at_info(
+        local_kube: Any, kube: Any, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher sends every object again each resync period: an event whose runs wrote
+    nothing (and the echo of eventop's own write) gets its line at debug, as an event no
+    handler wants does; one whose run wrote something keeps its line at info."""
+    monkeypatch.setenv("EVENTOP_RUN_ON_WATCH", "false")  # each run is an event's, below
+    from eventop import handlers
+    from eventop.router.app import create_app
+    from eventop.testing import eventually
+    from tests.copy_rules.support import config_map, copy_rule, namespace
+    from tests.support.engine import wait_cached
+
+    app = create_app(registry=handlers.load("", builtin="copy_rules"), kube=kube)
+    client = app.test_client()
+    try:
+        eventually(lambda: client.get("/readyz").status_code == 200, 30, "a ready router")
+        target = local_kube.put(namespace("team-a"))
+        source = local_kube.put(config_map("default", "settings", {"a": "1"},
+                                           {"copyrator": "true"}))
+        rule = local_kube.put(copy_rule("share"))
+        engine = app.extensions["eventop"]["engine"].get()
+        for obj in (target, source, rule):  # the run below sees them all
+            wait_cached(engine, obj)
+
+        def lines(event: Any) -> list[int]:
+            caplog.clear()
+            assert post(client, binary(event)).status_code == 200
+            return [r.levelno for r in caplog.records if r.name == "eventop.router"]
+
+        caplog.set_level(logging.DEBUG, logger="eventop.router")
+        assert lines(kube_event("add", rule)) == [logging.INFO]  # the copy is created
+        copy = eventually(lambda: local_kube.get("v1", "ConfigMap", "settings", "team-a"),
+                          10, "the copy")
+        assert lines(kube_event("add", copy)) == [logging.DEBUG]  # the echo of that create
+        assert lines(kube_event("update", rule)) == [logging.DEBUG]  # a resync: as it is
+        assert lines(kube_event("update", source)) == [logging.DEBUG]
+        source["data"] = {"a": "2"}
+        changed = local_kube.put(source)
+        assert lines(kube_event("update", changed)) == [logging.INFO]  # the copy is updated
+        assert local_kube.get("v1", "ConfigMap", "settings", "team-a")["data"] == {"a": "2"}
+    finally:
+        app.extensions["eventop"]["engine"].stop()

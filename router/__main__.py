@@ -35,6 +35,8 @@ GET /metrics (Prometheus text, summed over all workers).
 """
 
 EPILOG = """\
+python -m eventop.router rbac --help: print the ClusterRoles the loaded handlers need.
+
 environment (besides the variables of the options above):
   EVENTOP_KUBE_URL          plain-HTTP Kubernetes API (the local API server); otherwise
   KUBECONFIG                the kubeconfig file (or ~/.kube/config), or the in-cluster
@@ -167,6 +169,11 @@ def check_kube_config() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["rbac"]:
+        from eventop.router import rbac
+
+        return rbac.main(given[1:])
     args = build_parser().parse_args(argv)  # a mistake: one line, exit status 2
     host = args.host or ("0.0.0.0" if in_container() else "127.0.0.1")
     try:

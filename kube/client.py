@@ -137,7 +137,12 @@ class Kube:
                                      f"(HTTP {resp.status}): {errors.transport_reason(exc)}"
                                      ) from exc
         if not 200 <= resp.status < 300:
-            raise errors.from_response(resp.status, data, f"{verb} {path}")
+            exc = errors.from_response(resp.status, data, f"{verb} {path}")
+            since = time.monotonic() - self._answered[1]
+            if resp.status == 403 and since < errors.RESTART_WINDOW:
+                exc.message += (f" (the API server failed or was unreachable {since:.0f}s "
+                                f"ago: {errors.RESTARTED})")
+            raise exc
         try:
             return json.loads(data) if data else {}
         except ValueError as exc:

@@ -164,3 +164,10 @@ def from_response(status: int, body: bytes, what: str) -> KubeError:
 #: starts, until its RBAC informers have synced (seen after every restart in the trials).
 JUST_STARTED = ("unless the API server has just started: it refuses everyone until its "
                 "authorization data is loaded, a few seconds")
+
+#: A 403 this soon after the API server failed or was unreachable is most likely that
+#: refusal of a server just started (the client says so in the error's message, which the
+#: router's answer, its log line and a parent's ReconcileFailed Event quote).
+RESTART_WINDOW = 60.0
+RESTARTED = ("one that has just started refuses everyone until its authorization data is "
+             "loaded, a few seconds; if this goes on, check the grant")

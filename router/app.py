@@ -318,11 +318,26 @@ def create_app(registry: Registry | None = None, kube: Kube | None = None, *,
             return Response(status=status)  # no reply event: see the module docstring
         return _json(body, status)
 
+    listened = {k.key for k in registry.watched_kinds()}
+    unknown_kinds: set[tuple[str, str]] = set()
+
     def ignored(event: Event, info: dict[str, Any], start: float) -> Response:
         # Most of a cluster's changes concern no handler (every ConfigMap and Secret comes
         # through): counted by type and kind in eventop_events_total{outcome="ignored"}, and
         # a line only at debug, as controller-runtime logs no line for a change that maps
         # to no work. A line per event at info is for events a handler ran for.
+        # A kind no loaded handler listens to at all is another matter: a Trigger or an
+        # ApiServerSource sends it, and the router was meant to have a handler for it (its
+        # EVENTOP_HANDLERS forgotten?): said once per kind, at warning.
+        ref = event.ref
+        kind = (ref.api_version, ref.kind) if ref is not None else None
+        if kind is not None and kind not in listened and kind not in unknown_kinds \
+                and len(unknown_kinds) < 100:
+            unknown_kinds.add(kind)
+            log.warning("events of %s/%s arrive, but no loaded handler listens to that "
+                        "kind: they are answered 202 and dropped (is EVENTOP_HANDLERS "
+                        "set where the router runs? or remove the kind from the event "
+                        "source)", *kind, extra={"fields": {**info, "apiVersion": kind[0]}})
         return finish(202, "ignored", info, start, {
             "id": event.id, "outcome": "ignored", "handlers": [],
             "detail": f"no handler registered for type {event.type!r}"

@@ -109,7 +109,7 @@ def event_message(info: dict[str, Any], status: int, duration_ms: float,
             said += (f"; and {more} more ({len(results) - failed} ok, {failed} failed in "
                      "all; the event's answer lists each)")
     elif error:
-        said = error
+        said = error.removeprefix(f"{about}: ")  # a 400's answer names the event too
     else:
         said = "no handler wants it"
     return f"{about}: {said} ({status} in {duration_ms:g} ms)"

@@ -3,6 +3,7 @@ error mapping."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -11,7 +12,7 @@ from collections import Counter
 import pytest
 
 from eventop.kube import Kube, NotFound, Unavailable
-from eventop.kube.errors import Conflict
+from eventop.kube.errors import Conflict, Forbidden
 from eventop.kube.metrics import KUBE_REQUESTS
 from eventop.localkube import LocalKube
 
@@ -325,3 +326,45 @@ def test_a_normal_event_into_a_namespace_being_deleted_is_no_warning_a_warning_o
     assert warning.getMessage() == (
         "NamespaceDeleted doomed/held: the data stays on pv-1 (its namespace is being deleted, "
         "so this Warning Event can not be recorded there)")
+
+
+def test_a_403_soon_after_the_api_server_failed_says_it_has_most_likely_just_restarted(
+) -> None:
+    """A kube-apiserver refuses everyone for a few seconds after it starts, until its RBAC
+    data is loaded: a 403 right after the client saw it fail is not the missing grant it
+    reads like (a trial's operator looked for one after a restart)."""
+    import http.server
+    import threading
+
+    answers = [403, 503, 403]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status = answers.pop(0)
+            body = json.dumps({"kind": "Status", "status": "Failure", "code": status,
+                               "reason": "Forbidden" if status == 403 else "ServiceUnavailable",
+                               "message": f"answer {status}"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kube = Kube.connect(url=f"http://127.0.0.1:{server.server_port}")
+        with pytest.raises(Forbidden) as first:
+            kube.get("v1", "ConfigMap", "a", "default")
+        assert str(first.value) == "403 Forbidden: answer 403"  # never failed: a grant missing
+        with pytest.raises(Unavailable):
+            kube.get("v1", "ConfigMap", "a", "default")
+        with pytest.raises(Forbidden) as after:
+            kube.get("v1", "ConfigMap", "a", "default")
+        assert "the API server failed or was unreachable 0s ago: one that has just started " \
+               "refuses everyone" in str(after.value)
+    finally:
+        server.shutdown()

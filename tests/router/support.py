@@ -129,6 +129,10 @@ class Recorder:
         def copy_rules(event: Event, kube: Any) -> None:
             self.seen.append(("copy_rules", event, kube))
 
+        @on("dev.knative.apiserver.resource.delete", api_version="v1", kind="Secret")
+        def deleted_secrets(event: Event, kube: Any) -> None:  # Secrets are listened to
+            self.seen.append(("deleted_secrets", event, kube))  # (their adds go unmatched)
+
         @on("test.any")
         def any_data(event: Event, kube: Any) -> None:
             self.seen.append(("any_data", event, kube))

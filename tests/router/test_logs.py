@@ -355,3 +355,31 @@ def test_a_resync_of_a_converged_rule_is_logged_at_debug_and_a_change_at_info(
         assert local_kube.get("v1", "ConfigMap", "settings", "team-a")["data"] == {"a": "2"}
     finally:
         app.extensions["eventop"]["engine"].stop()
+
+
+def test_a_rejected_events_line_names_the_event_once() -> None:
+    from eventop.router.logs import event_message
+
+    info = {"id": "e-1", "type": "", "kind": ""}
+    assert event_message(info, 400, 1.5, error="event e-1: the event names Namespace 'a' in "
+                         "namespace 'b', but Namespace is cluster-scoped") == (
+        "event e-1: the event names Namespace 'a' in namespace 'b', but Namespace is "
+        "cluster-scoped (400 in 1.5 ms)")
+
+
+def test_a_kind_no_handler_listens_to_is_warned_about_once(
+        client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    """A Trigger sending a kind whose handler the router did not load (EVENTOP_HANDLERS
+    forgotten) is a mistake, not one of a cluster's many unmatched ConfigMap changes."""
+    quota = {"apiVersion": "platform.example.com/v1", "kind": "TeamQuota",
+             "metadata": {"name": "a", "namespace": "team-a", "uid": "q",
+                          "resourceVersion": "1"}}
+    caplog.set_level(logging.INFO, logger="eventop")
+    for rv in ("1", "2"):
+        quota["metadata"]["resourceVersion"] = rv
+        assert post(client, binary(kube_event("update", quota))).status_code == 202
+    [line] = [r for r in caplog.records if r.name == "eventop.router"]
+    assert line.levelno == logging.WARNING
+    assert line.getMessage().startswith(
+        "events of platform.example.com/v1/TeamQuota arrive, but no loaded handler listens to "
+        "that kind: they are answered 202 and dropped (is EVENTOP_HANDLERS set")

@@ -82,6 +82,8 @@ class CatchUp:
                     # older delete delivered late, as Knative may): the cache must reach
                     # what is there, not drop it (it never would: 10 s, then a lookup).
                     deleted = False
+        if deleted and rv is not None and self._alive(event, informer, rv):
+            deleted = False  # run on the object as the cache holds it, at once
         if informer.matches(probe) and not informer.wait_for(
                 rv, body, self.wait(), deleted=deleted) \
                 and not (deleted and self.exists(ref)):
@@ -122,6 +124,27 @@ class CatchUp:
                     f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name,
                     extra={"fields": {"id": event.id, "resourceVersion": rv}})
         return current, not items
+
+    def _alive(self, event: Event, informer: Any, rv: str) -> bool:
+        """A delete of an object the cache holds with that uid at the event's version or a
+        later one: no deletion looks like that (a deletion is a newer version). If the API
+        server has it too, the event is stale or forged: said, and not waited for (it would
+        wait ``cache_wait`` for a deletion that never comes, then ask)."""
+        ref = event.ref
+        assert ref is not None
+        held = informer.store.get(ref.namespace, ref.name) if informer.store else None
+        meta = (held or {}).get("metadata") or {}
+        held_rv, wanted = rv_int(str(meta.get("resourceVersion") or "")), rv_int(rv)
+        if held is None or ref.uid is None or meta.get("uid") != ref.uid \
+                or held_rv is None or wanted is None or held_rv < wanted \
+                or not self.exists(ref):
+            return False
+        log.warning("event %s deletes %s %s at resourceVersion %s, but the API server has it "
+                    "(same uid, resourceVersion %s): a stale or forged event; run on the "
+                    "object as it is", event.id, ref.kind,
+                    f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name, rv, held_rv,
+                    extra={"fields": {"id": event.id, "resourceVersion": rv}})
+        return True
 
     def exists(self, ref: Any) -> bool:
         """A delete the cache never sees: does the object (that uid) still exist? Then the

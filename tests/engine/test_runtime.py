@@ -4,6 +4,7 @@ real list+watch), its queue, and what each event costs."""
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -458,6 +459,24 @@ def test_a_reference_mode_event_of_an_object_that_is_gone_waits_only_for_the_cac
     ticket, _notes = engine.submit(ref_event("delete", obj))
     assert ticket.wait(20)
     assert engine.cache.informer("v1", "ConfigMap").store.get(NS, "s") is None
+
+
+def test_a_delete_of_an_object_that_is_there_is_run_on_it_at_once_and_said(
+        engine: Engine, local_kube: Any, counting: Counting,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """No deletion carries the version the cache holds alive (a deletion is a newer one):
+    such a delete is stale or forged. Asked of the API server once, it is run on the object
+    as it is, instead of waiting for a deletion that never comes (a trial saw 10 s)."""
+    obj = local_kube.put(cm("alive", {"v": "1"}))
+    assert wait_until(lambda: submit(engine, "add", obj).wait(20), 20)
+    engine.settings = EngineSettings(workers=1, cache_wait=600.0)  # a wait would outlast
+    with caplog.at_level(logging.WARNING, logger="eventop.engine"):
+        ticket, _notes = engine.submit(Event.for_object("delete", obj))
+        assert ticket.wait(20) and ticket.results[("counting", Key(NS, "alive"))].ok
+    assert engine.cache.informer("v1", "ConfigMap").store.get(NS, "alive") is not None
+    [line] = [r.getMessage() for r in caplog.records if "stale or forged" in r.getMessage()]
+    assert f"deletes ConfigMap {NS}/alive at resourceVersion " \
+           f"{obj['metadata']['resourceVersion']}, but the API server has it" in line
 
 
 def test_an_event_naming_a_namespaced_object_without_its_namespace_is_refused_not_taken_as_gone(

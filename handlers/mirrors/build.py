@@ -181,14 +181,11 @@ def service(mirror: Obj) -> Obj:
     }
 
 
-def service_host(mirror: Obj) -> str:
-    """The ClusterIP Service's name as the node proxy resolves it (via the pod's DNS search
-    path, so no assumption about the cluster domain)."""
-    return f"{Names.of(mirror['metadata']['name']).service}.{mirror['metadata']['namespace']}.svc"
-
-
 def service_url(mirror: Obj) -> str:
-    return f"http://{service_host(mirror)}.cluster.local:{REGISTRY_PORT}"
+    """The registry's in-cluster URL, for the status (what a person or a pod would use)."""
+    names = Names.of(mirror["metadata"]["name"])
+    return (f"http://{names.service}.{mirror['metadata']['namespace']}.svc.cluster.local:"
+            f"{REGISTRY_PORT}")
 
 
 def registry_env(spec: MirrorSpec) -> list[Obj]:
@@ -306,17 +303,49 @@ def statefulset(mirror: Obj, spec: MirrorSpec, *, credentials_version: str | Non
     }
 
 
+#: Filled in by :data:`PROXY_START` from the pod's ``/etc/resolv.conf``.
+RESOLVER_SLOT, SEARCH_SLOT = "@RESOLVER@", "@SEARCH@"
+
+#: The node proxy's start: the cluster's DNS server and the pod's own domain
+#: (``<namespace>.svc.<cluster domain>``, the first search entry kubelet writes) put into
+#: the config, which travels in ``NGINX_CONF``. No cluster domain is assumed.
+PROXY_START = f"""\
+set -eu
+conf=${{RESOLV_CONF:-/etc/resolv.conf}}
+resolver=$(awk '$1 == "nameserver" {{print $2; exit}}' "$conf")
+search=$(awk '$1 == "search" {{print $2; exit}}' "$conf")
+if [ -z "$resolver" ] || [ -z "$search" ]; then
+  echo "$conf has no nameserver or no search line: cannot resolve the registry" >&2; exit 1
+fi
+case "$resolver" in *:*) resolver="[$resolver]" ;; esac
+printf '%s' "$NGINX_CONF" | sed -e "s/{RESOLVER_SLOT}/$resolver/" -e "s/{SEARCH_SLOT}/$search/" \
+  > /tmp/nginx.conf
+exec nginx -c /tmp/nginx.conf -g 'daemon off;'
+"""
+
+
 def nginx_config(mirror: Obj) -> str:
-    """A TCP (stream) proxy: protocol-agnostic, no buffering of multi-GB blobs on the node."""
+    """A TCP (stream) proxy: protocol-agnostic, no buffering of multi-GB blobs on the node.
+
+    The registry's Service is named through a variable, which nginx resolves when a
+    connection needs it (at most every 10 s, the answer's ``valid``), not once at start:
+    a Service deleted and made again gets a new ClusterIP, and proxies that resolved the
+    name once would send every pull to the old one until restarted. A variable needs the
+    full name (nginx's resolver knows no search path) and a ``resolver``: both come from
+    the pod's ``/etc/resolv.conf`` at start (:data:`PROXY_START`)."""
+    service = Names.of(mirror["metadata"]["name"]).service
     return "\n".join([
         "worker_processes 1;",
         "pid /tmp/nginx.pid;",
         "error_log /dev/stderr warn;",
         "events { worker_connections 1024; }",
         "stream {",
+        f"  resolver {RESOLVER_SLOT} valid=10s;",
+        "  resolver_timeout 5s;",
         "  server {",
         f"    listen {PROXY_PORT};",
-        f"    proxy_pass {service_host(mirror)}:{REGISTRY_PORT};",
+        f"    set $registry {service}.{SEARCH_SLOT}:{REGISTRY_PORT};",
+        "    proxy_pass $registry;",
         "    proxy_connect_timeout 5s;",
         "    proxy_timeout 10m;",
         "  }",
@@ -329,7 +358,8 @@ def daemonset(mirror: Obj, spec: MirrorSpec) -> Obj:
     """The per-node proxy: ``localhost:<hostPort>`` on every node -> the ClusterIP Service.
 
     The nginx config travels in an environment variable and is written to the ``/tmp``
-    emptyDir at start, so the mirror needs no ConfigMap and a config change rolls the pods.
+    emptyDir at start (with the pod's DNS server and domain, :data:`PROXY_START`), so the
+    mirror needs no ConfigMap and a config change rolls the pods.
     ``spec.image.proxy`` must therefore be an nginx image with a shell and the stream module.
     """
     names = Names.of(mirror["metadata"]["name"])
@@ -337,9 +367,7 @@ def daemonset(mirror: Obj, spec: MirrorSpec) -> Obj:
         "name": "proxy",
         "image": spec.proxy_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c",
-                    'printf "%s" "$NGINX_CONF" > /tmp/nginx.conf && '
-                    "exec nginx -c /tmp/nginx.conf -g 'daemon off;'"],
+        "command": ["/bin/sh", "-c", PROXY_START],
         "env": [{"name": "NGINX_CONF", "value": nginx_config(mirror)}],
         "ports": [{"name": "registry", "containerPort": PROXY_PORT,
                    "hostPort": spec.host_port, "protocol": "TCP"}],

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Callable, Collection
@@ -210,12 +211,19 @@ def credentials_digest(secret: Obj) -> str:
     bumps its resourceVersion) changes nothing the registry uses, so it must not restart
     it. ``stringData`` (as written, before the API server folds it into ``data``) is
     encoded as ``data`` would hold it, so both spellings of the same credentials agree.
+
+    Keyed with the Secret's uid (an HMAC): anyone who may read the StatefulSet or its pods
+    sees the annotation, and a plain hash of a password lets them check guesses at it
+    offline. The uid is in the Secret only, whose readers see the password anyway (a Secret
+    made again under its name restarts the registry once).
     """
     data = secret.get("data") or {}
     plain = secret.get("stringData") or {}
     used = {k: base64.b64encode(str(plain[k]).encode()).decode() if k in plain
             else data.get(k) for k in build.CREDENTIAL_KEYS}
-    return hashlib.sha256(json.dumps(used, sort_keys=True).encode()).hexdigest()[:16]
+    key = str((secret.get("metadata") or {}).get("uid") or "").encode()
+    return hmac.new(key, json.dumps(used, sort_keys=True).encode(),
+                    hashlib.sha256).hexdigest()[:16]
 
 
 def plan_pvc(existing: Obj | None, spec: MirrorSpec) -> tuple[str, str | None, list[Problem],

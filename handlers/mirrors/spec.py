@@ -43,6 +43,11 @@ DEFAULT_SIZE = "10Gi"
 DEFAULT_TTL = "168h"
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_NANOSECONDS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
+                "h": 3600 * 10**9}
+#: Go's time.Duration (nanoseconds) and a Kubernetes quantity's value are int64s: the
+#: registry refuses a longer TTL, the API server cuts a larger size down to this.
+MAX_INT64 = 2**63 - 1
 
 # An image reference as the container runtimes parse it (distribution's reference grammar:
 # [domain[:port]/]path[:tag][@digest], path components lower case).
@@ -84,11 +89,14 @@ def duration_is_zero(ttl: str) -> bool:
     for match in _DURATION_PART.finditer(text):
         if match.start() != pos:
             break
-        total += Decimal(match.group(1))
+        total += Decimal(match.group(1)) * _NANOSECONDS[match.group(2)]
         pos = match.end()
     if pos != len(text) or not text:
         raise SpecError(f"ttl {ttl!r} is not a Go duration such as 168h, 30m or 0 (no expiry)",
                         reason="InvalidTTL")
+    if total > MAX_INT64:
+        raise SpecError(f"ttl {ttl!r} is longer than a Go duration can be (about 2562047h); "
+                        "use 0 for no expiry", reason="InvalidTTL")
     return total == 0
 
 
@@ -198,6 +206,9 @@ def parse_spec(mirror: Obj) -> MirrorSpec:
     amount = parse_quantity(size)
     if amount <= 0:
         raise SpecError(f"storage size {size!r} must be positive", reason="InvalidStorageSize")
+    if amount > MAX_INT64:
+        raise SpecError(f"storage size {size!r} is larger than a Kubernetes quantity can "
+                        "be (8Ei)", reason="InvalidStorageSize")
     if amount != amount.to_integral_value():
         # "1.5" is 1500m bytes to Kubernetes: a claim the provisioner rounds or refuses
         raise SpecError(f"storage size {size!r} is not a whole number of bytes; use a unit "

@@ -389,6 +389,11 @@ def traced_router() -> Iterator[KubeRecorder]:
             scenarios.refresh_and_provider_failure(rates)
             scenarios.rate_configmap_race_and_takeover(recorder)
             DatabaseScenarios(scenarios, recorder).run()
+            if os.environ["EVENTOP_RUN_ON_WATCH"] == "leader":
+                # The leader renews its Lease every 2 s: one renewal, however quickly the
+                # scenarios ran (a run shorter than that derived no update of the Lease).
+                assert wait_until(lambda: any(
+                    c.method == "PUT" and "/leases/" in c.path for c in recorder.calls), 15)
             server.wait_idle()
         if os.environ.get("EVENTOP_RBAC_DEBUG"):
             for answer in scenarios.answers:

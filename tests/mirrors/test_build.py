@@ -294,8 +294,9 @@ def test_node_proxy_serves_the_host_port_and_forwards_to_the_cluster_ip_service(
     assert port["containerPort"] == 8080  # unprivileged whatever the hostPort
     conf = env_of(ds)["NGINX_CONF"]["value"]
     assert f"listen {port['containerPort']};" in conf
-    target = f"{svc['metadata']['name']}.registry-mirrors.svc:{svc['spec']['ports'][0]['port']}"
-    assert f"proxy_pass {target};" in conf
+    target = f"{svc['metadata']['name']}.@SEARCH@:{svc['spec']['ports'][0]['port']}"
+    assert f"set $registry {target};" in conf and "proxy_pass $registry;" in conf
+    assert c["command"] == ["/bin/sh", "-c", build.PROXY_START]
     assert "pid /tmp/nginx.pid;" in conf
     assert c["readinessProbe"]["httpGet"]["port"] == port["name"]
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/"

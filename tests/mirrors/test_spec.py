@@ -41,6 +41,9 @@ def test_invalid_upstreams_are_refused_with_a_hint(upstream: str, hint: str) -> 
 
 @pytest.mark.parametrize(("spec", "reason"), [
     ({"upstream": "https://quay.io", "ttl": "7d"}, "InvalidTTL"),
+    ({"upstream": "https://quay.io", "ttl": "99999999999h"}, "InvalidTTL"),  # Go overflows
+    ({"upstream": "https://quay.io", "storage": {"size": "999999999999999999999999999Ei"}},
+     "InvalidStorageSize"),  # the API server would cut it down to 2**63-1
     ({"upstream": "https://quay.io", "hostPort": 0}, "InvalidHostPort"),
     ({"upstream": "https://quay.io", "hostPort": "5000"}, "InvalidHostPort"),
     ({"upstream": "https://quay.io", "storage": {"size": "lots"}}, "InvalidStorageSize"),
@@ -101,3 +104,11 @@ def test_a_fractional_size_is_fine_when_it_is_a_whole_number_of_bytes(
     spec = parse_spec({"metadata": {"name": "x", "namespace": "y"},
                        "spec": {"upstream": "https://quay.io", "storage": {"size": size}}})
     assert parse_quantity(spec.size) == amount
+
+
+@pytest.mark.parametrize(("ttl", "zero"), [("2562047h", False), ("0s", True), ("0h0m", True),
+                                          ("9223372036854775807ns", False), ("1h30m", False)])
+def test_the_longest_go_duration_is_still_a_ttl(ttl: str, zero: bool) -> None:
+    spec = parse_spec({"metadata": {"name": "x", "namespace": "y"},
+                       "spec": {"upstream": "https://quay.io", "ttl": ttl}})
+    assert spec.ttl == ttl and spec.expiry_enabled == (not zero)

@@ -228,6 +228,20 @@ def test_the_credentials_digest_is_of_the_credentials_alone_however_written() ->
     assert credentials_digest(rotated) != digest
 
 
+def test_the_credentials_digest_can_not_be_checked_against_guesses_without_the_secret() -> None:
+    """Pod readers see the digest; without the Secret's uid, a guessed password's hash is
+    not it (a trial matched plain sha256 digests to the passwords offline)."""
+    import hashlib
+    import json
+
+    secret = {"metadata": {"name": "creds", "uid": "0b3c-secret-uid"},
+              "data": {"username": "dQ==", "password": "cHcx"}}
+    plain = hashlib.sha256(json.dumps(secret["data"], sort_keys=True).encode()).hexdigest()
+    assert credentials_digest(secret) != plain[:16]
+    again = {**secret, "metadata": {"name": "creds", "uid": "a-new-secret"}}
+    assert credentials_digest(again) != credentials_digest(secret)
+
+
 def pvc_with(size: str, storage_class: str | None = "standard") -> Obj:
     obj = build.pvc(mirror(), parse_spec(mirror()), size=size,
                     storage_class=storage_class)

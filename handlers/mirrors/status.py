@@ -74,10 +74,16 @@ def ready_condition(names: Names, sts: Obj | None, ds: Obj | None,
     sts_status = sts.get("status") or {}
     ready_replicas = int(sts_status.get("readyReplicas") or 0)
     if ready_replicas < 1:
+        if not was_ready:
+            return False, "RegistryNotReady", \
+                f"StatefulSet {names.statefulset} has no ready registry pod yet"
+        rolling = [w for w in rollout_waits(names, sts, ds) if w.startswith("StatefulSet")]
         return False, "RegistryNotReady", (
-            f"StatefulSet {names.statefulset} has no ready registry pod (it was ready before; "
-            "see the pod's events and logs)" if was_ready else
-            f"StatefulSet {names.statefulset} has no ready registry pod yet")
+            f"StatefulSet {names.statefulset} has no ready registry pod: " + (
+                f"the pod of the current spec is not ready ({rolling[0]}); the registry was "
+                "ready before the change, so see the new pod's events and logs (an image "
+                "that can not be pulled, an upstream or Secret it can not use)" if rolling
+                else "it was ready before; see the pod's events and logs"))
     ds_status = ds.get("status") or {}
     port = host_port(ds)
     if "observedGeneration" not in ds_status:
@@ -198,7 +204,9 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
                                    "all objects applied", now, generation)
     degraded = get_condition({"conditions": conditions}, DEGRADED)
     before = get_condition(old, READY) or {}
-    was_ready = before.get("status") == "True" or (
+    # RollingOut is said only with a ready registry pod (the old template's): a new
+    # template's pod that never gets ready is a registry that was ready, not one "not yet".
+    was_ready = before.get("status") == "True" or before.get("reason") == "RollingOut" or (
         before.get("reason") == "RegistryNotReady"
         and "was ready before" in str(before.get("message")))
     ok, reason, message = ready_condition(names, sts, ds, degraded, was_ready)
@@ -223,14 +231,26 @@ def compute_status(mirror: Obj, sts: Obj | None, ds: Obj | None, *,
 
 
 def transition_notes(old: Obj, new: Obj) -> list[Note]:
-    """A Warning Event when a problem appears or changes; a Normal one when it clears."""
+    """A Warning Event when a problem appears or changes; a Normal one when it clears. A
+    registry that was ready and has no ready pod any more (a crash, a rollout whose new pod
+    never gets ready) is a Warning too, once: nothing in ``Degraded`` says it."""
+    notes = _registry_lost(old, new)
     before = get_condition(old, DEGRADED) or {}
     after = get_condition(new, DEGRADED) or {}
     if after.get("status") == "True" and (
             before.get("status") != "True" or before.get("reason") != after.get("reason")
             or before.get("message") != after.get("message")):
-        return [Note("Warning", str(after.get("reason")), str(after.get("message")))]
+        return [*notes, Note("Warning", str(after.get("reason")), str(after.get("message")))]
     if after.get("status") == "False" and before.get("status") == "True":
-        return [Note("Normal", "Recovered", f"{before.get('reason')} resolved; all objects "
-                                            "applied")]
+        return [*notes, Note("Normal", "Recovered", f"{before.get('reason')} resolved; all "
+                                                    "objects applied")]
+    return notes
+
+
+def _registry_lost(old: Obj, new: Obj) -> list[Note]:
+    before = get_condition(old, READY) or {}
+    after = get_condition(new, READY) or {}
+    lost = after.get("reason") == "RegistryNotReady" and "was ready" in str(after.get("message"))
+    if lost and before.get("reason") != "RegistryNotReady":
+        return [Note("Warning", "RegistryNotReady", str(after.get("message")))]
     return []

@@ -21,7 +21,7 @@ from eventop.handlers.mirrors.desired import (
     write_problems,
 )
 from eventop.handlers.mirrors.spec import parse_spec
-from eventop.handlers.mirrors.status import Problem, compute_status
+from eventop.handlers.mirrors.status import Problem, compute_status, transition_notes
 from eventop.kube.objects import status_changed
 from tests.mirrors.support import rolled_out_daemonset_status, rolled_out_statefulset_status
 
@@ -337,3 +337,34 @@ def test_a_refused_resize_says_the_servers_reason_without_its_struct_dump() -> N
     assert problem.message.endswith(
         "(422 Invalid): PersistentVolumeClaim \"cache\" is invalid: spec: Forbidden: spec is "
         "immutable after creation except resources.requests for bound claims")
+
+
+def test_a_rollout_whose_new_registry_pod_never_gets_ready_says_so_with_one_warning() -> None:
+    """A trial: a ttl change whose new pod never got ready read "no ready registry pod yet",
+    Degraded False, and no Event at all."""
+    m = mirror()
+    sts, ds = workloads(m)
+    m["status"] = compute_status(m, sts, ds, problems=[], now=NOW)  # Ready
+    sts, ds = rolling(m, "registry pod not updated")
+    m["status"] = compute_status(m, sts, ds, problems=[], now=NOW)
+    assert cond(m["status"], "Ready")["reason"] == "RollingOut"
+    sts["status"]["readyReplicas"] = 0  # the old pod is gone, the new one is not ready
+    new = compute_status(m, sts, ds, problems=[], now=NOW)
+    ready = cond(new, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RegistryNotReady")
+    assert ready["message"].startswith(
+        "StatefulSet mirror-docker-hub has no ready registry pod: the pod of the current spec "
+        "is not ready (StatefulSet mirror-docker-hub: 0 of 1 registry pod(s) updated)")
+    assert "yet" not in ready["message"]
+    [note] = transition_notes(m["status"], new)
+    assert (note.type, note.reason) == ("Warning", "RegistryNotReady")
+    m["status"] = new
+    assert transition_notes(m["status"], compute_status(m, sts, ds, problems=[], now=NOW)) == []
+
+
+def test_a_new_mirror_not_ready_yet_posts_no_warning() -> None:
+    m = mirror()
+    sts, ds = workloads(m, ready_replicas=0)
+    new = compute_status(m, sts, ds, problems=[], now=NOW)
+    assert "yet" in cond(new, "Ready")["message"]
+    assert transition_notes(m.get("status") or {}, new) == []

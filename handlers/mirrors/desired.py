@@ -292,9 +292,10 @@ def foreign_objects(in_way: list[Obj]) -> Problem | None:
     foreign = [f"{obj.get('kind')} {obj['metadata']['name']}" for obj in in_way]
     if not foreign:
         return None
+    them, verb = ("them", "exist and were") if len(foreign) > 1 else ("it", "exists and was")
     return Problem("NameConflict",
-                   f"{', '.join(foreign)} already exist(s) and were not created by eventop for "
-                   "this mirror; rename or remove them (nothing was changed)")
+                   f"{', '.join(foreign)} already {verb} not created by eventop for this "
+                   f"mirror; rename or remove {them} (nothing was changed)")
 
 
 #: Pod Security levels that refuse a pod with a hostPort (only ``privileged`` allows one).

@@ -291,7 +291,9 @@ def test_objects_of_the_same_name_not_created_by_eventop_block_the_mirror() -> N
                    "metadata": {"name": "mirror-docker-hub-cache", "labels": {"app": "mine"}}}
     problem = foreign_objects(in_the_way(m, [foreign_pvc, None]))
     assert problem is not None and problem.reason == "NameConflict"
-    assert "mirror-docker-hub-cache" in problem.message
+    assert problem.message.startswith("PersistentVolumeClaim mirror-docker-hub-cache already "
+                                      "exists and was not created by eventop for this mirror; "
+                                      "rename or remove it")
     # ours, for this mirror, owned by it or by an earlier mirror of the same name: fine
     ours = build.service(m)
     assert in_the_way(m, [ours]) == []

@@ -93,3 +93,15 @@ def test_the_printed_role_covers_the_built_in_handlers_but_what_their_code_write
         ("", "configmaps", "update"), ("", "secrets", "update"),
         ("", "persistentvolumes", "patch"),
         ("eventop.dev", "databases", "get"), ("eventop.dev", "exchangerates", "get")}
+
+
+def test_what_it_prints_validates_against_the_kubernetes_and_knative_schemas() -> None:
+    from tests.install.support import KUBERNETES_VERSIONS, is_knative
+    from tests.install.test_validate import builtin_errors, knative_errors
+
+    proc = run_rbac("--crds", "crds", "--mode", "knative", "--name", "static-sites")
+    assert proc.returncode == 0, proc.stderr
+    objs = tuple(documents(proc.stdout).values())
+    assert {o["kind"] for o in objs} == {"ClusterRole", "ClusterRoleBinding", "Trigger"}
+    assert builtin_errors(objs, KUBERNETES_VERSIONS[0]) == []
+    assert [e for o in objs if is_knative(o) for e in knative_errors(o)] == []

@@ -19,7 +19,8 @@ What starts a run:
 Provider failures never fail the event, and the ConfigMap keeps the last good rate (status
 holds that answer: a ConfigMap deleted or edited during an outage is written back from
 it). They are reported in
-status (``Ready=False`` with the reason) and as a Warning Event. An outage the status
+status (``Ready=False`` with the reason) and as a Warning Event; the first rate fetched
+after them posts a Normal ``Recovered`` one. An outage the status
 already reports is no reason to ask the sender for redelivery (each retry would hold a
 delivery slot and a router thread for the provider's own retries); the next change of the
 object, and the next scheduled refresh, ask again; an ExchangeRate that has no rate yet (its

@@ -285,7 +285,9 @@ def desired(cr: Obj, cm: Obj | None, answer: Quote | ProviderError | None, now: 
 
     def events(outcome: Outcome) -> list[Note]:
         found = problem(outcome)
-        return [] if found is None else [failure_note(*found)]
+        if found is not None:
+            return [failure_note(*found)]
+        return recovered_note(cr, message)
 
     return Desired([Child(wanted, mode="replace", matches=same_values)], status=status,
                    events=events, summary=f"ExchangeRate {_name(cr)}: {message}")
@@ -415,6 +417,16 @@ def ready_status(cr: Obj, ready: bool, reason: str, message: str, at: str) -> Ob
             (cr.get("status") or {}).get("conditions"), "Ready", ready, reason, message, at,
             meta.get("generation")),
     }
+
+
+def recovered_note(cr: Obj, message: str) -> list[Note]:
+    """A Normal ``Recovered`` Event when a rate is fetched after failures had made the
+    ExchangeRate not Ready (their Warnings said so; this says they are over). Posted with
+    the status change only, so once."""
+    before = get_condition(cr.get("status") or {}, "Ready") or {}
+    if before.get("status") != "False":
+        return []
+    return [Note("Normal", "Recovered", f"{before.get('reason')} resolved: {message}")]
 
 
 def failure_note(reason: str, message: str) -> Note:

@@ -181,6 +181,11 @@ def test_an_unavailable_provider_is_reported_and_the_next_change_a_minute_later_
     world.changed(rates, stored)
     assert configmap(world, "er")["data"]["rate"] == "1.0812"  # type: ignore[index]
     assert ready(world, "er")["status"] == "True"
+    normal = [n for who, n in world.events if who == "er" and n.type == "Normal"]
+    assert [(n.reason, n.message) for n in normal] == [
+        ("Recovered", "ProviderUnavailable resolved: 1 EUR = 1.0812 USD on 2026-11-20")]
+    world.changed(rates, cr(world, "er"))  # converged: no second one
+    assert [n for who, n in world.events if who == "er" and n.type == "Normal"] == normal
 
 
 def test_an_outage_before_any_rate_was_written_is_asked_again_without_waiting_for_the_refresh(

@@ -55,9 +55,13 @@ def parent_refused_by_a_stricter_crd(kube: Kube, group: str, namespace: str) -> 
     ctl = Controller(f"widgets-{group}", parent=f"{api_version}/Widget",
                      owns=["v1/ConfigMap"], registry=Registry())
 
+    attempts = iter(range(1000))
+
     @ctl.reconcile
     def want(w: Obj, reads: Any) -> Desired:
-        return Desired([], status={"seen": True})
+        # a new status each run: one the API server took under the old schema (it may serve
+        # it for a moment) must not make the later runs write nothing
+        return Desired([], status={"attempt": next(attempts)})
 
     stores = {(api_version, "Widget"): Store(api_version, "Widget"),
               ("v1", "ConfigMap"): Store("v1", "ConfigMap")}
@@ -66,8 +70,10 @@ def parent_refused_by_a_stricter_crd(kube: Kube, group: str, namespace: str) -> 
     seen: dict[str, set[str]] = {}
 
     def once() -> None:
-        reads = Reads(lambda av, k: stores.get((av, k)), ctl.kinds(), ctl.name, widget)
-        run(ctl, Key(namespace, "w"), widget, reads, writer, seen_conflicts=seen)
+        current = kube.get(api_version, "Widget", "w", namespace)  # as stored now
+        stores[(api_version, "Widget")].put(current)
+        reads = Reads(lambda av, k: stores.get((av, k)), ctl.kinds(), ctl.name, current)
+        run(ctl, Key(namespace, "w"), current, reads, writer, seen_conflicts=seen)
 
     def refused() -> bool:  # the real API server may serve the old schema for a moment
         try:

@@ -17,7 +17,7 @@ saying what it waits for. Nothing is ever deleted without its data kept first:
   reports an error, or is not ready within :data:`SNAPSHOT_TIMEOUT`, is reported
   (``Deleting``/``SnapshotFailed`` or ``SnapshotTimedOut``, a Warning Event) and the Database
   stays: delete the snapshot to try again, or change the policy.
-* ``Snapshot`` without the snapshot API: a final backup Job (``pg_dumpall`` on the running
+* ``Snapshot`` without the snapshot API: a final backup Job (every database, on the running
   image) writes to the backup volume while the server still runs; then as with Delete. A
   failed or timed-out backup (the Job's deadline) is reported the same way.
 * Deleted with ``--cascade=orphan``: the garbage collector takes the ownerReferences off

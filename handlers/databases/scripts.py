@@ -50,19 +50,34 @@ SQL
 echo "initialized: role $APP_USER owns database $APP_DB; replication role ready"
 """
 
-# Backups (the CronJob's, the one before an upgrade, the final one): pg_dumpall of every
-# database and role into the backup volume, written under a temporary name and renamed only
-# once complete, so a failed run never looks like a backup and never evicts a good one.
-# Only scheduled backups are pruned to the newest $RETENTION; those taken before an upgrade
-# or before deletion are kept until someone deletes them. Restore one into an empty server:
+# Backups (the CronJob's, the one before an upgrade, the final one): every role (without
+# its password) and every database into the backup volume, written under a temporary name
+# and renamed only once complete, so a failed run never looks like a backup and never evicts
+# a good one. Only scheduled backups are pruned to the newest $RETENTION; those taken before
+# an upgrade or before deletion are kept until someone deletes them. Restore one into a
+# server (a new Database, or this one):
 #   gunzip -c <file>.sql.gz | psql -d postgres
+# No role password is in it (pg_dumpall's would have replaced the new server's, which its
+# Secret holds, and broken its init, backup and standby logins; a role the server lacks is
+# made without one), roles are not dropped (the restore's own user is one of them), and
+# each database is dropped and made again with its data (pg_dump --create --clean).
 BACKUP = r"""set -euo pipefail
 """ + _WAIT + r"""
 dir="${BACKUP_DIR:-/backups}"
 wait_for "$PGHOST"
 find "$dir" -maxdepth 1 -name '*.partial' -mmin +1440 -delete
 file="$dir/$(date -u +%Y%m%dT%H%M%SZ)-$BACKUP_KIND.sql.gz"
-if ! pg_dumpall --clean --if-exists | gzip > "$file.partial"; then
+dump() {
+  pg_dumpall --globals-only --no-role-passwords || exit 1
+  echo '\connect postgres'
+  pg_dump --clean --if-exists -d postgres || exit 1
+  dbs=$(psql -d postgres -Atc "SELECT datname FROM pg_database WHERE datallowconn
+        AND NOT datistemplate AND datname <> 'postgres' ORDER BY datname") || exit 1
+  while IFS= read -r db; do
+    [ -z "$db" ] || pg_dump --create --clean --if-exists -d "$db" || exit 1
+  done <<< "$dbs"
+}
+if ! dump | gzip > "$file.partial"; then
   rm -f "$file.partial"
   echo "backup failed: nothing written, earlier backups kept" >&2
   exit 1

@@ -245,3 +245,47 @@ def test_a_failed_upgrade_makes_the_old_server_writable_again(
     assert failed.returncode != 0
     assert "accepts writes again" in failed.stderr
     assert psql(old, "SHOW default_transaction_read_only") == "off"
+
+
+def test_a_backup_restored_into_a_new_database_keeps_the_new_servers_passwords(
+        servers: tuple[Server, Server], tmp_path: Path) -> None:
+    """The README's restore into a new Database (its init done, its own Secret): the data
+    comes over and every login the new Secret holds still works. A trial restored a
+    pg_dumpall into such a server: its passwords became the old server's (the new Secret's
+    refused), the script stopped at its first \\connect, and no data came over."""
+    old, new = servers
+    run(scripts.INIT, old, **INIT_ENV)
+    psql(old, "CREATE TABLE restored (n int); INSERT INTO restored VALUES (42)",
+         user="orders", password="app-pw", db="orders")
+    psql(old, "CREATE ROLE reporting LOGIN PASSWORD 'old-reporting-pw'")
+    done = run(scripts.BACKUP, old, BACKUP_DIR=str(tmp_path), BACKUP_KIND="scheduled",
+               RETENTION="2")
+    assert done.returncode == 0, done.stderr
+    [backup] = tmp_path.iterdir()
+    assert "PASSWORD" not in gzip.decompress(backup.read_bytes()).decode()
+    # the new Database: its own superuser password, its init run with its own Secret (last
+    # in this module: the servers are shared, and this one keeps what was restored)
+    psql(new, "ALTER ROLE postgres PASSWORD 'new-super'")
+    fresh = {**INIT_ENV, "APP_PASSWORD": "new-app-pw", "REPLICATION_PASSWORD": "new-rep-pw"}
+    assert run(scripts.INIT, new, PGPASSWORD="new-super", **fresh).returncode == 0
+    # the README's restore Job's command, its /backups being tmp_path
+    from tests.databases.test_restore_docs import restore_job
+
+    [container] = restore_job()["spec"]["template"]["spec"]["containers"]
+    command = container["command"][2].replace("/backups", str(tmp_path))
+    restore = subprocess.run(
+        ["bash", "-c", command], capture_output=True,
+        text=True, timeout=120, env={**os.environ, "PATH": f"{BINDIR}:{os.environ['PATH']}",
+                                     "PGHOST": new.host, "PGPORT": str(new.port),
+                                     "PGUSER": "postgres", "PGPASSWORD": "new-super"})
+    assert restore.returncode == 0, restore.stderr
+    assert psql(new, "SELECT n FROM restored", user="orders", password="new-app-pw",
+                db="orders") == "42"
+    assert psql(new, "SELECT 1", password="new-super") == "1"
+    assert psql(new, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'reporting'",
+                password="new-super") == "t"  # made, without a password: the user sets one
+    (tmp_path / "b").mkdir()
+    again = run(scripts.BACKUP, new, PGPASSWORD="new-super", BACKUP_DIR=str(tmp_path / "b"),
+                BACKUP_KIND="scheduled", RETENTION="2")  # the new Database's own backups
+    assert again.returncode == 0, again.stderr
+

@@ -34,6 +34,10 @@ WARNING_REASONS = {
     "NameCollision", "StorageClassImmutable", "ServersDown",
 }
 
+# Reasons whose message names the failed object: another one (the next backup Job failing
+# too) is a new failure, and gets its Warning, where a problem that only goes on does not.
+NEW_FAILURE_EACH_MESSAGE = {"BackupFailed"}
+
 
 @dataclass
 class Facts:
@@ -90,16 +94,24 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
     now = observed.now
     recheck = (next_tick(schedule, now) - now).total_seconds() + 60
     scheduled = [j for j in observe.backup_jobs(observed) if observe.backup_kind(j) == SCHEDULED]
+    since = two_periods_ago(schedule, now)
+    running = sorted(j["metadata"]["name"] for j in observed.jobs
+                     if observe.backup_kind(j) == SCHEDULED and observe.job_state(j) == RUNNING)
+    # A backup Job that hangs blocks every later one (concurrencyPolicy: Forbid): named, with
+    # what to do, once it has run through the tick after its own (started two periods ago).
+    blocking = (f"; Job {running[0]} is still running and the CronJob starts no other "
+                "backup meanwhile (concurrencyPolicy Forbid): delete it if it hangs"
+                if running and (_started(observed, running[0]) or now) <= since else "")
     if scheduled and observe.job_state(scheduled[-1]) == FAILED:
         job = scheduled[-1]
         return ("False", "BackupFailed",
                 f"the last scheduled backup, Job {job['metadata']['name']}, failed: "
-                f"{observe.job_failure(job)}; see its logs"), recheck
-    since = two_periods_ago(schedule, now)
-    name = observed.cronjob["metadata"]["name"]
+                f"{observe.job_failure(job)}; see its logs{blocking}"), recheck
+    meta = observed.cronjob["metadata"]
+    name = meta["name"]
     suspended = (f"; CronJob {name} is suspended (spec.suspend, set by hand): no scheduled "
-                 f"backup runs until it is resumed (kubectl patch cronjob {name} -p "
-                 "'{\"spec\":{\"suspend\":false}}')"
+                 f"backup runs until it is resumed (kubectl -n {meta.get('namespace')} patch "
+                 f"cronjob {name} -p '{{\"spec\":{{\"suspend\":false}}}}')"
                  if (observed.cronjob.get("spec") or {}).get("suspend") else "")
     if last_success is not None and last_success >= since:
         return ("True", "BackupSucceeded",
@@ -109,9 +121,6 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
     # the first backup only while there never was one: a CronJob made again (deleted by
     # hand) is new, but the Database's backups are not
     if started is not None and started > since and last_success is None and not suspended:
-        running = sorted(j["metadata"]["name"] for j in observed.jobs
-                         if observe.backup_kind(j) == SCHEDULED
-                         and observe.job_state(j) == RUNNING)
         if running:
             return ("Unknown", "AwaitingFirstBackup",
                     f"the first backup, Job {running[-1]}, is running"), recheck
@@ -121,7 +130,13 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
     return ("False", "NoRecentBackup",
             f"no backup succeeded since {observe.format_time(since)} (two schedule periods of "
             f"{schedule!r})" + (f"; the last one at {observe.format_time(last_success)}"
-                                if last_success else "") + suspended), recheck
+                                if last_success else "") + blocking + suspended), recheck
+
+
+def _started(observed: Observed, job_name: str) -> datetime | None:
+    job = next(j for j in observed.jobs if j["metadata"]["name"] == job_name)
+    return parse_rfc3339((job.get("status") or {}).get("startTime")) or parse_rfc3339(
+        job["metadata"].get("creationTimestamp"))
 
 
 def ready_condition(facts: Facts, want: int) -> Condition:
@@ -218,8 +233,10 @@ def transition_events(old: Obj, new: Obj) -> list[Event]:
     for cond in new.get("conditions") or []:
         before = get_condition(old, cond["type"]) or {}
         reason = cond.get("reason", "")
-        if reason in WARNING_REASONS and (before.get("reason") != reason
-                                          or before.get("status") != cond.get("status")):
+        if reason in WARNING_REASONS and (
+                before.get("reason") != reason or before.get("status") != cond.get("status")
+                or (reason in NEW_FAILURE_EACH_MESSAGE
+                    and before.get("message") != cond.get("message"))):
             warning = ("Warning", reason, str(cond.get("message", "")))
             if warning not in events:  # (one problem in two conditions: NameCollision)
                 events.append(warning)

@@ -182,6 +182,8 @@ def test_a_cronjob_suspended_by_hand_is_named_when_no_backup_is_recent() -> None
     assert health(world) == ("False", "NoRecentBackup")
     message = world.condition("BackupHealthy")["message"]
     assert "CronJob orders-backup is suspended (spec.suspend, set by hand)" in message
+    ns = world.db["metadata"]["namespace"]  # the hint runs as written, from any namespace
+    assert f"(kubectl -n {ns} patch cronjob orders-backup -p " in message
 
 
 def suspend(world: World) -> None:
@@ -189,3 +191,41 @@ def suspend(world: World) -> None:
     which the handler's apply leaves (this World's apply replaces the object whole, so the
     test suspends it again before each run)."""
     world.get("CronJob", "orders-backup")["spec"]["suspend"] = True
+
+
+def test_each_failed_backup_job_gets_its_own_warning_and_a_still_failed_one_none() -> None:
+    """A trial: the second failed backup Job changed the status, but the only Warning, with
+    count 1, named the first: someone alerting on Events saw one failure."""
+    world = created(World(database()))
+    world.advance(hours=14)
+    first = world.cron_run(ok=False)
+    world.converge()
+    world.advance(days=1)
+    second = world.cron_run(ok=False)
+    world.converge()
+    assert health(world) == ("False", "BackupFailed")
+    warnings = [m for t, r, m in world.events if t == "Warning" and r == "BackupFailed"]
+    assert [first in warnings[0], second in warnings[1]] == [True, True] and len(warnings) == 2
+    world.advance(hours=1)  # no new Job: the same failure goes on, said once
+    world.converge()
+    assert len([r for t, r, _ in world.events if r == "BackupFailed"]) == 2
+
+
+def test_a_backup_job_that_hangs_is_named_with_what_to_do() -> None:
+    """A trial: a backup Job running for good blocked every later one (the CronJob's
+    concurrencyPolicy is Forbid); NoRecentBackup said so on time, but never named the Job."""
+    world = created(World(database()))
+    world.advance(hours=14)
+    world.cron_run()
+    world.converge()
+    world.advance(days=1)
+    hung = world.cron_run(finish=False)
+    world.converge()
+    assert health(world) == ("True", "BackupSucceeded")  # one tick late is not a problem yet
+    world.advance(days=2)
+    world.converge()
+    assert health(world) == ("False", "NoRecentBackup")
+    assert world.condition("BackupHealthy")["message"].endswith(
+        f"; Job {hung} is still running and the CronJob starts no other backup meanwhile "
+        "(concurrencyPolicy Forbid): delete it if it hangs")
+

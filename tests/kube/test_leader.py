@@ -117,10 +117,8 @@ def test_a_candidate_that_can_not_reach_the_lease_says_so_once_not_every_retry(
     a.release()
 
 
-def test_a_lease_namespace_that_does_not_exist_is_named_as_the_cause(
-        local_kube, caplog: pytest.LogCaptureFixture) -> None:
-    candidate = LeaderElector(Kube.connect(url=local_kube.url), "eventop-watcher", "nowhere",
-                              "a", **TIMING)
+def first_failure(candidate: LeaderElector, caplog: pytest.LogCaptureFixture) -> None:
+    """Campaign until the first warning is logged, then stop."""
     stop = threading.Event()
     with caplog.at_level(logging.WARNING, logger="eventop.kube.leader"):
         t = threading.Thread(target=candidate.acquire, args=(stop,))
@@ -128,6 +126,13 @@ def test_a_lease_namespace_that_does_not_exist_is_named_as_the_cause(
         wait_until(lambda: caplog.records, timeout=5)
         stop.set()
         t.join(5)
+
+
+def test_a_lease_namespace_that_does_not_exist_is_named_as_the_cause(
+        local_kube, caplog: pytest.LogCaptureFixture) -> None:
+    candidate = LeaderElector(Kube.connect(url=local_kube.url), "eventop-watcher", "nowhere",
+                              "a", **TIMING)
+    first_failure(candidate, caplog)
     assert "check that the namespace nowhere exists" in caplog.records[0].getMessage()
     assert "service account" not in caplog.records[0].getMessage()
 
@@ -161,12 +166,6 @@ def test_a_refused_lease_names_a_missing_grant_or_a_restart_by_what_came_before(
                               **TIMING)  # type: ignore[arg-type]
     if allowed:
         assert candidate.try_acquire_or_renew()
-    stop = threading.Event()
-    with caplog.at_level(logging.WARNING, logger="eventop.kube.leader"):
-        t = threading.Thread(target=candidate.acquire, args=(stop,))
-        t.start()
-        wait_until(lambda: caplog.records, timeout=5)
-        stop.set()
-        t.join(5)
+    first_failure(candidate, caplog)
     [line] = [r.getMessage() for r in caplog.records]
     assert "403 Forbidden" in line and said in line, line

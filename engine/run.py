@@ -76,8 +76,9 @@ class RunResult:
     #: outcome): a run reading the cache that holds them may find another one.
     status_before_writes: bool = False
     notes: list[Note] = field(default_factory=list)
-    #: The run wrote nothing (no child, status, finalizer or Event) and nothing is left to
-    #: do: a resync or redelivery of a converged parent. Logged at debug, not info.
+    #: The run wrote nothing (no child, status, finalizer or Event), tried no write and found
+    #: nothing new (a conflict it reported before may stand): a resync or redelivery of a
+    #: converged parent. Logged at debug, not info.
     quiet: bool = False
     #: Objects in the way that the function reported itself (``Desired.blocked_by``), as
     #: conflicts: their change runs the parent again.
@@ -224,7 +225,9 @@ def run(ctl: Controller, key: Key, parent: Obj | None, reads: Reads, writer: Wri
             raise
         result.summary += "; cleanup done, finalizer removed"
         wrote_finalizer = True
-    result.quiet = not (outcome.writes or outcome.conflicts or outcome.errors or outcome.retry
+    # (a conflict already reported is no news: its Event was posted when it was new, and
+    # the watcher's resync would otherwise bring back a line per object for every one)
+    result.quiet = not (outcome.writes or outcome.errors or outcome.retry
                         or result.status_written or result.notes or result.retry
                         or wrote_finalizer)
     return result

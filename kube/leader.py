@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from eventop.kube import Conflict, Kube, KubeError, NotFound
-from eventop.kube.errors import JUST_STARTED, Forbidden, Unavailable
+from eventop.kube.errors import JUST_STARTED, RESTARTED, Forbidden, Unavailable
 
 log = logging.getLogger("eventop.kube.leader")
 
@@ -144,9 +144,10 @@ class LeaderElector:
                 failed = ""
             except KubeError as exc:
                 if str(exc) != failed:
+                    hint = self._what_to_check(exc)
                     log.warning("leader election on lease %s/%s failed, retrying every "
-                                "%gs: %s (%s)", self.namespace, self.name,
-                                self.retry_period, exc, self._what_to_check(exc))
+                                "%gs: %s%s", self.namespace, self.name, self.retry_period,
+                                exc, f" ({hint})" if hint else "")
                     failed = str(exc)
             stop.wait(self.retry_period)
         return False
@@ -158,6 +159,8 @@ class LeaderElector:
                     "in it")
         if isinstance(exc, Unavailable):
             return "the API server is unreachable or failing; no grant is missing"
+        if RESTARTED in str(exc):
+            return ""  # the client's error says it already (a 403 just after a failure)
         grants = f"this service account may get, create and update leases in {self.namespace}"
         if isinstance(exc, Forbidden) and self._allowed:
             return (f"it was allowed before: the API server has most likely just restarted "
@@ -176,7 +179,8 @@ class LeaderElector:
                         continue
                     reason = f"the lease is now held by {self._observed and self._observed[0]}"
                 except KubeError as exc:
-                    reason = f"{exc} ({self._what_to_check(exc)})"
+                    hint = self._what_to_check(exc)
+                    reason = f"{exc} ({hint})" if hint else str(exc)
                 if time.monotonic() - last >= self.renew_deadline or (
                         self._observed and self._observed[0] not in ("", self.identity)):
                     self.is_leader = False

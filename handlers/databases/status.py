@@ -34,9 +34,14 @@ WARNING_REASONS = {
     "NameCollision", "StorageClassImmutable", "ServersDown",
 }
 
-# Reasons whose message names the failed object: another one (the next backup Job failing
-# too) is a new failure, and gets its Warning, where a problem that only goes on does not.
+# Reasons whose message names the failed object first ("..., Job X, failed: ...; more"):
+# another one (the next backup Job failing too) is a new failure, and gets its Warning,
+# where a problem that only goes on (or says more about what follows) does not.
 NEW_FAILURE_EACH_MESSAGE = {"BackupFailed"}
+
+
+def _failed_object(cond: Obj) -> str:
+    return str(cond.get("message", "")).split(" failed:", 1)[0]
 
 
 @dataclass
@@ -236,7 +241,7 @@ def transition_events(old: Obj, new: Obj) -> list[Event]:
         if reason in WARNING_REASONS and (
                 before.get("reason") != reason or before.get("status") != cond.get("status")
                 or (reason in NEW_FAILURE_EACH_MESSAGE
-                    and before.get("message") != cond.get("message"))):
+                    and _failed_object(before) != _failed_object(cond))):
             warning = ("Warning", reason, str(cond.get("message", "")))
             if warning not in events:  # (one problem in two conditions: NameCollision)
                 events.append(warning)

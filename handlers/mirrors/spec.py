@@ -208,7 +208,7 @@ def parse_spec(mirror: Obj) -> MirrorSpec:
         raise SpecError(f"storage size {size!r} must be positive", reason="InvalidStorageSize")
     if amount > MAX_INT64:
         raise SpecError(f"storage size {size!r} is larger than a Kubernetes quantity can "
-                        "be (8Ei)", reason="InvalidStorageSize")
+                        f"be ({MAX_INT64} bytes, just under 8Ei)", reason="InvalidStorageSize")
     if amount != amount.to_integral_value():
         # "1.5" is 1500m bytes to Kubernetes: a claim the provisioner rounds or refuses
         raise SpecError(f"storage size {size!r} is not a whole number of bytes; use a unit "

@@ -229,3 +229,20 @@ def test_a_backup_job_that_hangs_is_named_with_what_to_do() -> None:
         f"; Job {hung} is still running and the CronJob starts no other backup meanwhile "
         "(concurrencyPolicy Forbid): delete it if it hangs")
 
+
+
+def test_a_failed_backup_saying_more_later_is_not_a_new_warning() -> None:
+    """The same failed Job, its message grown by the next Job hanging: one Warning (a
+    verification run saw a second one for the same Job)."""
+    world = created(World(database()))
+    world.advance(hours=14)
+    failed = world.cron_run(ok=False)
+    world.converge()
+    world.advance(days=1)
+    world.cron_run(finish=False)  # after the failure, the next Job hangs
+    world.advance(days=2)
+    world.converge()
+    message = world.condition("BackupHealthy")["message"]
+    assert health(world) == ("False", "BackupFailed") and "still running" in message
+    [warning] = [m for _t, r, m in world.events if r == "BackupFailed"]
+    assert failed in warning

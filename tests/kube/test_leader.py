@@ -9,7 +9,7 @@ import time
 import pytest
 
 from eventop.kube import Kube
-from eventop.kube.errors import Forbidden
+from eventop.kube.errors import RESTARTED, Forbidden
 from eventop.kube.leader import LeaderElector
 from eventop.testing.waiting import wait_until
 
@@ -169,3 +169,17 @@ def test_a_refused_lease_names_a_missing_grant_or_a_restart_by_what_came_before(
     first_failure(candidate, caplog)
     [line] = [r.getMessage() for r in caplog.records]
     assert "403 Forbidden" in line and said in line, line
+
+
+def test_a_403_the_client_already_explains_gets_no_second_hint(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Explained(_Refusing):
+        def get_or_none(self, *_args: object) -> None:
+            raise Forbidden(f"leases are forbidden (the API server failed or was unreachable "
+                            f"1s ago: {RESTARTED})", reason="Forbidden")
+
+    candidate = LeaderElector(Explained(0), "eventop-watcher", "default", "a",
+                              **TIMING)  # type: ignore[arg-type]
+    first_failure(candidate, caplog)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.endswith(f"1s ago: {RESTARTED})"), line  # one parenthesis, the client's

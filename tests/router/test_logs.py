@@ -330,11 +330,15 @@ def test_a_resync_of_a_converged_rule_is_logged_at_debug_and_a_change_at_info(
     try:
         eventually(lambda: client.get("/readyz").status_code == 200, 30, "a ready router")
         target = local_kube.put(namespace("team-a"))
+        # someone else's ConfigMap at the copy's name in team-b: a conflict, reported once
+        # (its Event), which a resync does not make news again
+        squatted = local_kube.put(namespace("team-b"))
+        squatter = local_kube.put(config_map("team-b", "settings", {"mine": "1"}))
         source = local_kube.put(config_map("default", "settings", {"a": "1"},
                                            {"copyrator": "true"}))
         rule = local_kube.put(copy_rule("share"))
         engine = app.extensions["eventop"]["engine"].get()
-        for obj in (target, source, rule):  # the run below sees them all
+        for obj in (target, squatted, squatter, source, rule):  # the run below sees them all
             wait_cached(engine, obj)
 
         def lines(event: Any) -> list[int]:
@@ -344,10 +348,13 @@ def test_a_resync_of_a_converged_rule_is_logged_at_debug_and_a_change_at_info(
 
         caplog.set_level(logging.DEBUG, logger="eventop.router")
         assert lines(kube_event("add", rule)) == [logging.INFO]  # the copy is created
+        stored = local_kube.get("eventop.dev/v1", "CopyRule", "share")
+        assert "team-b" in str(stored["status"])  # the conflict, reported
         copy = eventually(lambda: local_kube.get("v1", "ConfigMap", "settings", "team-a"),
                           10, "the copy")
         assert lines(kube_event("add", copy)) == [logging.DEBUG]  # the echo of that create
         assert lines(kube_event("update", rule)) == [logging.DEBUG]  # a resync: as it is
+        assert lines(kube_event("update", squatter)) == [logging.DEBUG]  # still in the way
         assert lines(kube_event("update", source)) == [logging.DEBUG]
         source["data"] = {"a": "2"}
         changed = local_kube.put(source)

@@ -105,6 +105,12 @@ def job_state(job: Obj | None) -> str | None:
     return RUNNING
 
 
+def job_started(job: Obj) -> datetime | None:
+    """When the Job started (its creation, before the Job controller says)."""
+    return parse_rfc3339((job.get("status") or {}).get("startTime")) or parse_rfc3339(
+        job["metadata"].get("creationTimestamp"))
+
+
 def job_finished(job: Obj) -> datetime | None:
     """When the Job completed or failed; None while it runs."""
     status = job.get("status") or {}

@@ -100,13 +100,15 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
     recheck = (next_tick(schedule, now) - now).total_seconds() + 60
     scheduled = [j for j in observe.backup_jobs(observed) if observe.backup_kind(j) == SCHEDULED]
     since = two_periods_ago(schedule, now)
-    running = sorted(j["metadata"]["name"] for j in observed.jobs
-                     if observe.backup_kind(j) == SCHEDULED and observe.job_state(j) == RUNNING)
+    running = sorted((j for j in observed.jobs
+                      if observe.backup_kind(j) == SCHEDULED and observe.job_state(j) == RUNNING),
+                     key=lambda j: j["metadata"]["name"])
     # A backup Job that hangs blocks every later one (concurrencyPolicy: Forbid): named, with
     # what to do, once it has run through the tick after its own (started two periods ago).
-    blocking = (f"; Job {running[0]} is still running and the CronJob starts no other "
-                "backup meanwhile (concurrencyPolicy Forbid): delete it if it hangs"
-                if running and (_started(observed, running[0]) or now) <= since else "")
+    blocking = (f"; Job {running[0]['metadata']['name']} is still running and the CronJob "
+                "starts no other backup meanwhile (concurrencyPolicy Forbid): delete it if it "
+                "hangs" if running and (observe.job_started(running[0]) or now) <= since
+                else "")
     if scheduled and observe.job_state(scheduled[-1]) == FAILED:
         job = scheduled[-1]
         return ("False", "BackupFailed",
@@ -122,13 +124,14 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
         return ("True", "BackupSucceeded",
                 f"last backup succeeded at {observe.format_time(last_success)}{suspended}"
                 ), recheck
-    started = parse_rfc3339(observed.cronjob["metadata"].get("creationTimestamp"))
+    started = parse_rfc3339(meta.get("creationTimestamp"))
     # the first backup only while there never was one: a CronJob made again (deleted by
     # hand) is new, but the Database's backups are not
     if started is not None and started > since and last_success is None and not suspended:
         if running:
             return ("Unknown", "AwaitingFirstBackup",
-                    f"the first backup, Job {running[-1]}, is running"), recheck
+                    f"the first backup, Job {running[-1]['metadata']['name']}, is running"
+                    ), recheck
         return ("Unknown", "AwaitingFirstBackup",
                 f"no backup yet; the first one runs at "
                 f"{observe.format_time(next_tick(schedule, now))}"), recheck
@@ -136,12 +139,6 @@ def backup_health(observed: Observed, schedule: str, last_success: datetime | No
             f"no backup succeeded since {observe.format_time(since)} (two schedule periods of "
             f"{schedule!r})" + (f"; the last one at {observe.format_time(last_success)}"
                                 if last_success else "") + blocking + suspended), recheck
-
-
-def _started(observed: Observed, job_name: str) -> datetime | None:
-    job = next(j for j in observed.jobs if j["metadata"]["name"] == job_name)
-    return parse_rfc3339((job.get("status") or {}).get("startTime")) or parse_rfc3339(
-        job["metadata"].get("creationTimestamp"))
 
 
 def ready_condition(facts: Facts, want: int) -> Condition:

@@ -36,6 +36,7 @@ VERB_ORDER = ("get", "list", "watch", "create", "patch", "update", "delete")
 CACHED = ("list", "watch")
 CHILD = ("get", "list", "watch", "create", "patch", "delete")
 EVENTS = ("get", "create", "patch")
+EMPTY_GROUP = '""'  # the core group, as YAML must spell it
 
 
 @dataclass
@@ -56,13 +57,9 @@ class Role:
                  "metadata:", f"  name: {name}", "rules:"]
         for (group, resource), verbs in sorted(self.rules.items()):
             lines.append(f"  # {'; '.join(self.why[(group, resource)])}")
-            lines += [f"  - apiGroups: [{_quoted(group)}]", f"    resources: [{resource}]",
+            lines += [f"  - apiGroups: [{group or EMPTY_GROUP}]", f"    resources: [{resource}]",
                       f"    verbs: [{', '.join(v for v in VERB_ORDER if v in verbs)}]"]
         return "\n".join(lines) + "\n"
-
-
-def _quoted(group: str) -> str:
-    return group or '""'
 
 
 def router_role(registry: Registry, plurals: Plurals) -> Role:
@@ -113,9 +110,8 @@ def plurals_from(crds: list[dict[str, Any]], discover: Plurals | None = None) ->
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         for version in spec.get("versions") or ():
-            api_version = f"{spec.get('group')}/{version.get('name')}"
-            group, _, name = api_version.rpartition("/")
-            table.add(Resource(group, name, str(names.get("kind")), str(names.get("plural")),
+            table.add(Resource(str(spec.get("group")), str(version.get("name")),
+                               str(names.get("kind")), str(names.get("plural")),
                                spec.get("scope") != "Cluster"))
 
     def plural(api_version: str, kind: str) -> tuple[str, str]:

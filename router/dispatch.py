@@ -150,5 +150,5 @@ def run_controllers(engines: EngineProvider, event: Event) -> list[Outcome]:
                           "send the event again to learn how they ended")
     for (name, _key), result in sorted(ticket.results.items(), key=lambda kv: str(kv[0])):
         outcomes.append(Outcome(name, result.ok, result.duration, result.detail, result.error,
-                                result.ok and result.quiet))
+                                result.quiet))
     return outcomes

@@ -98,8 +98,7 @@ def render(args: argparse.Namespace) -> str:
                      + "".join(f"#   - op: add\n#     path: /spec/resources/-\n"
                                f"#     value: {{apiVersion: {k.api_version}, kind: {k.kind}}}\n"
                                for k in new))
-    text = head + "---\n".join(parts)
-    return text
+    return head + "---\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

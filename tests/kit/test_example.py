@@ -53,7 +53,8 @@ def _static_site_controller():
     return module.sites
 
 
-def _granted(rules: list[dict]) -> set[tuple[str, str, str]]:
+def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every permission ClusterRole rules grant."""
     return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
             for resource in rule["resources"] for verb in rule["verbs"]}
 
@@ -94,7 +95,7 @@ def test_the_example_rbac_grants_the_router_what_the_engine_does_for_its_declare
                for verb in ("get", "create", "patch", "delete")}
     group, plural = where(sites.parent)
     needed |= {(group, f"{plural}/status", "patch"), (group, f"{plural}/finalizers", "update")}
-    assert _granted(role["rules"]) == needed
+    assert granted(role["rules"]) == needed
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     _bound_to(binding, "eventop-router")
 
@@ -119,7 +120,7 @@ def test_the_example_rbac_lets_the_watcher_watch_what_the_handler_listens_to() -
         watched.add(by_kind[(api_version, last)] if last[:1].isupper() else (group, last))
     assert len(watched) == 4  # the sites, ConfigMaps, Services, Deployments
     *_, role, binding = yaml.safe_load_all((EXAMPLE / "rbac.yaml").read_text())
-    assert _granted(role["rules"]) == {(g, p, verb) for g, p in watched
+    assert granted(role["rules"]) == {(g, p, verb) for g, p in watched
                                        for verb in ("list", "watch")}
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     _bound_to(binding, "eventop-watcher")

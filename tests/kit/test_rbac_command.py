@@ -12,10 +12,10 @@ import yaml
 
 from eventop import handlers
 from eventop.engine import rbac
+from tests.kit.test_example import granted
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "static-site"
-Access = tuple[str, str, str]
 
 
 def run_rbac(*args: str, handlers_path: str | None = "static_site.py",
@@ -27,11 +27,6 @@ def run_rbac(*args: str, handlers_path: str | None = "static_site.py",
         env.update(EVENTOP_HANDLERS=handlers_path, EVENTOP_BUILTIN_HANDLERS="none")
     return subprocess.run([sys.executable, "-m", "eventop.router", "rbac", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=120)
-
-
-def granted(rules: list[dict]) -> set[Access]:
-    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
 
 
 def documents(text: str) -> dict[tuple[str, str], dict]:

@@ -461,8 +461,12 @@ class Engine:
             released: list[bool] = []
             try:
                 ran = self._run(self.controllers[name], key, before, end, released)
+                followups = self._followups.pop(item, 0)
+                # A follow-up completes the run before it, which wrote (``again``): an
+                # event of that change may be answered with the follow-up's result, and
+                # must not read as a resync's (quiet) then.
                 result = Result(item, True, ran.detail, None, time.perf_counter() - start,
-                                ran.quiet)
+                                ran.quiet and not followups)
                 RUNS.labels(name, "ok").inc()
                 if ran.retry:
                     self.queue.retry(item, cap=ran.cap)
@@ -470,7 +474,6 @@ class Engine:
                     self.queue.forget(item)
                 if ran.requeue:
                     self.queue.add_after(item, ran.requeue)
-                followups = self._followups.pop(item, 0)
                 if ran.again and followups < MAX_FOLLOWUPS:
                     # The status was worked out before the writes, and their echoes cost no
                     # run: one more run, over the cache that now holds what was written and

@@ -266,6 +266,32 @@ def test_a_status_decided_before_the_writes_is_looked_at_again_after_them(
     assert counting.runs == runs
 
 
+def test_the_event_of_a_change_the_watch_acted_on_is_not_quiet_when_a_follow_up_ran_last(
+        watching: Engine, local_kube: Any, counting: Counting) -> None:
+    """The watch's run wrote, and the run that followed it (its status was decided before
+    its writes) wrote nothing: the change's event, taking the last run's result, still
+    reports work done (not a resync's debug line; the example's own test once missed the
+    router's line for a new site so)."""
+    plain = counting.reconcile
+
+    def reconcile(parent: Obj, reads: Any) -> Desired:
+        desired = plain(parent, reads)
+        for child in desired.children:  # as the API server keeps it: in sync once written
+            text = child.pop("stringData")["v"]  # type: ignore[union-attr]
+            child["data"] = {"v": base64.b64encode(text.encode()).decode()}  # type: ignore[index]
+        desired.status = lambda outcome: None
+        desired.status_seen_before_writes = True
+        desired.events = []  # (Counting's Event every run would make no run quiet)
+        return desired
+
+    counting.ctl.reconcile_fn = reconcile
+    obj = local_kube.put(cm("w", {"v": "1"}))
+    assert wait_until(lambda: counting.runs == ["w", "w"] and watching.queue.idle(), 20)
+    ticket = submit(watching, "add", obj)  # its event, after both runs ended
+    assert ticket.wait(20) and counting.runs == ["w", "w"]
+    assert not ticket.results[("counting", Key(NS, "w"))].quiet
+
+
 def test_the_deletion_of_the_object_blocking_a_child_runs_its_parent_at_once(
         engine: Engine, local_kube: Any, counting: Counting) -> None:
     """Not only when the backoff of its retries comes round, 5 minutes apart after a while:

@@ -9,6 +9,8 @@ can name a module of the project under test.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -146,15 +148,41 @@ class WatcherProcess(Process):
         if wait_watching:
             self._started(self._wait_watching)
 
-    def _wait_watching(self, timeout: float = 30.0) -> None:
+    def _wait_watching(self, timeout: float = 30.0, lists: float = 10.0) -> None:
         """Until the watcher says what it watches (its start checks passed: the resources
         exist, the selectors parse); a watcher that exits at start is an error here, not a
-        test timing out later on what it never delivered."""
+        test timing out later on what it never delivered.
+
+        Then, for up to ``lists`` seconds, until it has listed each of them (JSON logs): an
+        object a test makes afterwards reaches the router as the change it is, not as an
+        add of a later state in the watcher's first list (the router's own watch may have
+        handled it meanwhile, and its status write then comes back as that add: the
+        echo of the router's own write). A resource not served yet lists later; the wait
+        for it ends quietly."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if "watching " in self.log():
-                return
+                break
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the watcher exited with {self.proc.returncode} at start")
             time.sleep(0.05)
-        raise TimeoutError(f"the watcher did not start watching within {timeout:g}s")
+        else:
+            raise TimeoutError(f"the watcher did not start watching within {timeout:g}s")
+        deadline = min(deadline, time.monotonic() + lists)
+        while time.monotonic() < deadline and not self._listed_all():
+            time.sleep(0.05)
+
+    def _listed_all(self) -> bool:
+        """Has the watcher logged a list of every resource its "watching" line names?
+        (True for a log that is not JSON: nothing to tell.)"""
+        lines = []
+        for text in self.log().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+        watching = [line.get("resources") for line in lines
+                    if isinstance(line, dict) and line.get("resources")]
+        if not watching:
+            return True
+        listed = {line.get("resource") for line in lines if isinstance(line, dict)
+                  and ": list of " in str(line.get("message"))}
+        return set(watching[-1]) <= listed
